@@ -1,0 +1,13 @@
+//! `ft-bcast`: correct broadcast of a task's outputs to destinations that need different
+//! subsets of them.
+//!
+//! It builds activation trees by partition refinement (one tree per class of ranks that
+//! need the same outputs), checks plans against the invariants that keep every parent
+//! holding what its children fetch, and runs the per-rank activation protocol, repairing
+//! trees when ranks die mid-broadcast. Like `ft-core`, it does no I/O and reads no clock.
+#![no_std]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+#[cfg(any(test, feature = "std"))]
+extern crate std;

@@ -1,0 +1,36 @@
+//! `ft-core`: the sans-IO heart of the fault-tolerance library.
+//!
+//! It keeps, per communicator, what each rank knows about failures (`L_i`, the local
+//! view) and what all survivors agreed on (`G`, the global view), detects failures with
+//! a heartbeat ring, agrees on `G` with a fault-tolerant collective, and encodes every
+//! protocol frame with one codec.
+//!
+//! The crate does no I/O, reads no clock and uses no OS randomness: time is passed in as
+//! [`time::Instant`], bytes go in through `handle_message` and come out through
+//! `poll_transmit` into buffers the caller owns (see [`machine`]). It is `#![no_std]`
+//! with `alloc`; the `std` feature only adds conversions and `std::error::Error` impls.
+//!
+//! Invariant kept by every type here, at every rank `i`: `G ⊆ L_i ⊆ F`, where `F` is the
+//! set of ranks that really failed or were declared failed (fail-stop is enforced: a
+//! rank declared failed stops itself).
+#![no_std]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+#[cfg(any(test, feature = "std"))]
+extern crate std;
+
+pub mod error;
+pub mod machine;
+pub mod rank;
+pub mod rankset;
+pub mod time;
+pub mod view;
+pub mod wire;
+
+pub use error::{FrameError, ViewError};
+pub use machine::{Protocol, Transmit};
+pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
+pub use rankset::RankSet;
+pub use time::{Duration, Instant};
+pub use view::{Counts, FailureView};

@@ -1,0 +1,453 @@
+//! The one frame codec every protocol of the library uses.
+//!
+//! A frame is a fixed header followed by a kind-specific payload:
+//!
+//! ```text
+//! offset 0  u8     format version (= VERSION)
+//! offset 1  u8     kind (FrameKind)
+//! offset 2  u32le  communicator id
+//! offset 6  u32le  epoch (meaning set by the kind: validation epoch, broadcast id, ...)
+//! offset 10 u32le  sender rank
+//! offset 14 ...    payload, built with Writer and read with Reader
+//! ```
+//!
+//! Payload fields are LEB128 varints, little-endian fixed integers, byte strings with a
+//! varint length, and rank sets. A rank set is written in whichever form is smaller:
+//! `0x00, count, first, gap-1, gap-1, ...` (varints, strictly increasing members) or
+//! `0x01` followed by `ceil(n/8)` bytes of bits, least significant bit first, with every
+//! bit at or past `n` zero.
+//!
+//! Decoding never panics: every malformed, truncated, out-of-range or foreign frame comes
+//! back as a [`FrameError`]. Every reader call checks `rank < n`.
+
+use alloc::vec::Vec;
+
+use crate::error::FrameError;
+use crate::rank::Rank;
+use crate::rankset::RankSet;
+
+/// The frame format version this build writes and accepts.
+pub const VERSION: u8 = 1;
+/// Length of the fixed header.
+pub const HEADER_LEN: usize = 14;
+/// Largest data chunk a single frame carries (broadcast payloads are split into chunks).
+pub const MAX_CHUNK: usize = 64 * 1024;
+
+/// The smallest buffer `poll_transmit` accepts for a communicator of `n` ranks: a header,
+/// two rank sets, a chunk of data and small fields.
+pub const fn frame_capacity(n: u32) -> usize {
+    HEADER_LEN + 2 * (8 + (n as usize).div_ceil(8)) + MAX_CHUNK + 256
+}
+
+/// Every frame kind of every protocol, in one registry so decoding can reject unknown ones.
+///
+/// Ranges: 1..=15 failure detector and communicator control, 16..=31 agreement
+/// (`validate_global`), 32..=47 broadcast activation protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum FrameKind {
+    /// Detector: "I am alive", sent to the observer every period.
+    Heartbeat = 1,
+    /// Detector: "I now observe you; send me your heartbeats".
+    Observe = 2,
+    /// Detector: a set of ranks declared failed, propagated over the circulant graph.
+    FailureNotice = 3,
+    /// Communicator revoked: fail in-flight operations.
+    Revoke = 4,
+}
+
+impl FrameKind {
+    /// Every kind, for exhaustive tests and fuzzing.
+    pub const ALL: &'static [FrameKind] =
+        &[FrameKind::Heartbeat, FrameKind::Observe, FrameKind::FailureNotice, FrameKind::Revoke];
+
+    /// The protocol family the kind belongs to, by code range: `"detector"`, `"revoke"`,
+    /// `"agree"` or `"bcast"`. Used to name protocol steps (e.g. simulator kill points).
+    pub fn family(self) -> &'static str {
+        match self as u8 {
+            4 => "revoke",
+            1..=15 => "detector",
+            16..=31 => "agree",
+            _ => "bcast",
+        }
+    }
+
+    /// The kind with code `code`.
+    pub fn from_code(code: u8) -> Result<FrameKind, FrameError> {
+        FrameKind::ALL.iter().copied().find(|k| *k as u8 == code).ok_or(FrameError::UnknownKind(code))
+    }
+}
+
+/// What a receiver checks a header against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Context {
+    /// The communicator id frames must carry.
+    pub comm: u32,
+    /// The communicator size; every rank in a frame must be below it.
+    pub n: u32,
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The frame kind.
+    pub kind: FrameKind,
+    /// The communicator id.
+    pub comm: u32,
+    /// The epoch (its meaning is set by the kind).
+    pub epoch: u32,
+    /// The sending rank.
+    pub sender: Rank,
+}
+
+impl Header {
+    /// Starts a frame with this header; append the payload with the returned writer.
+    pub fn start(self) -> Writer {
+        let mut w = Writer { buf: Vec::with_capacity(64) };
+        w.buf.push(VERSION);
+        w.buf.push(self.kind as u8);
+        w.put_u32(self.comm);
+        w.put_u32(self.epoch);
+        w.put_u32(self.sender);
+        w
+    }
+
+    /// Decodes and checks the header of a frame that the transport says came from `from`.
+    /// Returns the header and a reader positioned on the payload.
+    pub fn decode(bytes: &[u8], ctx: Context, from: Rank) -> Result<(Header, Reader<'_>), FrameError> {
+        let mut r = Reader { bytes, pos: 0, n: ctx.n };
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(FrameError::BadVersion(version));
+        }
+        let kind = FrameKind::from_code(r.u8()?)?;
+        let comm = r.u32()?;
+        if comm != ctx.comm {
+            return Err(FrameError::WrongCommunicator { expected: ctx.comm, got: comm });
+        }
+        let epoch = r.u32()?;
+        let sender = r.u32()?;
+        if sender >= ctx.n {
+            return Err(FrameError::RankOutOfRange { rank: sender.into(), n: ctx.n });
+        }
+        if sender != from {
+            return Err(FrameError::SenderMismatch { transport: from, header: sender });
+        }
+        Ok((Header { kind, comm, epoch, sender }, r))
+    }
+}
+
+/// Appends payload fields to a frame started by [`Header::start`].
+#[derive(Debug)]
+pub struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    /// Appends a byte.
+    pub fn put_u8(&mut self, v: u8) -> &mut Self {
+        self.buf.push(v);
+        self
+    }
+    /// Appends a little-endian `u32`.
+    pub fn put_u32(&mut self, v: u32) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a little-endian `u64`.
+    pub fn put_u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a LEB128 varint.
+    pub fn put_varint(&mut self, mut v: u64) -> &mut Self {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.buf.push(byte);
+                return self;
+            }
+            self.buf.push(byte | 0x80);
+        }
+    }
+    /// Appends a rank (as a varint).
+    pub fn put_rank(&mut self, r: Rank) -> &mut Self {
+        self.put_varint(r.into())
+    }
+    /// Appends a length-prefixed byte string.
+    pub fn put_bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        self.put_varint(bytes.len() as u64);
+        self.buf.extend_from_slice(bytes);
+        self
+    }
+    /// Appends a rank set in its smaller encoding.
+    pub fn put_rankset(&mut self, set: &RankSet) -> &mut Self {
+        let dense_len = (set.universe() as usize).div_ceil(8);
+        if set.len() < dense_len && sparse_len(set) <= dense_len {
+            self.buf.push(0);
+            self.put_varint(set.len() as u64);
+            let mut prev: Option<Rank> = None;
+            for r in set {
+                let v = match prev {
+                    None => r,
+                    Some(p) => r - p - 1,
+                };
+                self.put_varint(v.into());
+                prev = Some(r);
+            }
+        } else {
+            self.buf.push(1);
+            let start = self.buf.len();
+            self.buf.resize(start + dense_len, 0);
+            for r in set {
+                self.buf[start + (r / 8) as usize] |= 1 << (r % 8);
+            }
+        }
+        self
+    }
+    /// The finished frame.
+    pub fn finish(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.buf)
+    }
+}
+
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn sparse_len(set: &RankSet) -> usize {
+    let mut len = varint_len(set.len() as u64);
+    let mut prev: Option<Rank> = None;
+    for r in set {
+        len += varint_len(match prev {
+            None => r.into(),
+            Some(p) => (r - p - 1).into(),
+        });
+        prev = Some(r);
+    }
+    len
+}
+
+/// Reads payload fields; every method fails with a [`FrameError`] instead of panicking.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    n: u32,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over a bare payload (no header) for a communicator of `n` ranks.
+    pub fn new(bytes: &'a [u8], n: u32) -> Self {
+        Reader { bytes, pos: 0, n }
+    }
+    /// The communicator size ranks are checked against.
+    pub fn universe(&self) -> u32 {
+        self.n
+    }
+    fn take(&mut self, len: usize) -> Result<&'a [u8], FrameError> {
+        let end = self.pos.checked_add(len).ok_or(FrameError::Truncated)?;
+        let out = self.bytes.get(self.pos..end).ok_or(FrameError::Truncated)?;
+        self.pos = end;
+        Ok(out)
+    }
+    /// Reads a byte.
+    pub fn u8(&mut self) -> Result<u8, FrameError> {
+        Ok(self.take(1)?[0])
+    }
+    /// Reads a little-endian `u32`.
+    pub fn u32(&mut self) -> Result<u32, FrameError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    /// Reads a little-endian `u64`.
+    pub fn u64(&mut self) -> Result<u64, FrameError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    /// Reads a LEB128 varint of at most 64 bits.
+    pub fn varint(&mut self) -> Result<u64, FrameError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = self.u8()?;
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(FrameError::Malformed("varint overflows 64 bits"));
+            }
+            v |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(FrameError::Malformed("varint overflows 64 bits"))
+    }
+    /// Reads a varint that must fit a `u32`.
+    pub fn varint_u32(&mut self) -> Result<u32, FrameError> {
+        u32::try_from(self.varint()?).map_err(|_| FrameError::Malformed("value exceeds 32 bits"))
+    }
+    /// Reads a rank and checks it is `< n`.
+    pub fn rank(&mut self) -> Result<Rank, FrameError> {
+        let v = self.varint()?;
+        if v >= u64::from(self.n) {
+            return Err(FrameError::RankOutOfRange { rank: v, n: self.n });
+        }
+        Ok(v as Rank)
+    }
+    /// Reads a length-prefixed byte string.
+    pub fn bytes(&mut self) -> Result<&'a [u8], FrameError> {
+        let len = self.varint()?;
+        let len = usize::try_from(len).map_err(|_| FrameError::Truncated)?;
+        self.take(len)
+    }
+    /// Reads a rank set; members must be strictly increasing and `< n`.
+    pub fn rankset(&mut self) -> Result<RankSet, FrameError> {
+        match self.u8()? {
+            0 => {
+                let count = self.varint()?;
+                // Each member takes at least one byte: a larger count is a lie.
+                if count > (self.bytes.len() - self.pos) as u64 {
+                    return Err(FrameError::Truncated);
+                }
+                let mut members = Vec::with_capacity(count as usize);
+                let mut next_min: u64 = 0;
+                for _ in 0..count {
+                    let v = next_min.checked_add(self.varint()?).ok_or(FrameError::Malformed("rank set overflow"))?;
+                    if v >= u64::from(self.n) {
+                        return Err(FrameError::RankOutOfRange { rank: v, n: self.n });
+                    }
+                    members.push(v as Rank);
+                    next_min = v + 1;
+                }
+                Ok(RankSet::from_ranks(self.n, members))
+            }
+            1 => {
+                let bytes = self.take((self.n as usize).div_ceil(8))?;
+                if self.n % 8 != 0 {
+                    if let Some(&last) = bytes.last() {
+                        if last >> (self.n % 8) != 0 {
+                            return Err(FrameError::Malformed("dense rank set has bits past n"));
+                        }
+                    }
+                }
+                let members = bytes.iter().enumerate().flat_map(|(i, &b)| {
+                    (0..8u32).filter(move |bit| b & (1 << bit) != 0).map(move |bit| i as u32 * 8 + bit)
+                });
+                Ok(RankSet::from_ranks(self.n, members))
+            }
+            _ => Err(FrameError::Malformed("unknown rank set form")),
+        }
+    }
+    /// Bytes left unread.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+    /// Checks the whole frame was read.
+    pub fn finish(self) -> Result<(), FrameError> {
+        if self.pos == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(FrameError::TrailingBytes)
+        }
+    }
+}
+
+/// Copies a queued frame into the caller's transmit buffer.
+///
+/// # Panics
+/// If `buf` is shorter than the frame (see [`frame_capacity`]).
+pub fn copy_out(frame: &[u8], buf: &mut [u8]) -> usize {
+    assert!(
+        buf.len() >= frame.len(),
+        "transmit buffer of {} bytes is smaller than the {}-byte frame; size it with wire::frame_capacity",
+        buf.len(),
+        frame.len()
+    );
+    buf[..frame.len()].copy_from_slice(frame);
+    frame.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const CTX: Context = Context { comm: 7, n: 100 };
+
+    fn header(kind: FrameKind) -> Header {
+        Header { kind, comm: 7, epoch: 3, sender: 5 }
+    }
+
+    #[test]
+    fn header_round_trips_and_checks_its_context() {
+        let frame = header(FrameKind::Heartbeat).start().put_rank(42).finish();
+        let (h, mut r) = Header::decode(&frame, CTX, 5).unwrap();
+        assert_eq!(h, header(FrameKind::Heartbeat));
+        assert_eq!(r.rank().unwrap(), 42);
+        r.finish().unwrap();
+        assert_eq!(
+            Header::decode(&frame, Context { comm: 8, n: 100 }, 5).unwrap_err(),
+            FrameError::WrongCommunicator { expected: 8, got: 7 }
+        );
+        assert_eq!(Header::decode(&frame, Context { comm: 7, n: 5 }, 5).unwrap_err(), FrameError::RankOutOfRange { rank: 5, n: 5 });
+        assert_eq!(Header::decode(&frame, CTX, 4).unwrap_err(), FrameError::SenderMismatch { transport: 4, header: 5 });
+        assert_eq!(Header::decode(&frame[..10], CTX, 5).unwrap_err(), FrameError::Truncated);
+        let mut bad = frame.clone();
+        bad[1] = 200;
+        assert_eq!(Header::decode(&bad, CTX, 5).unwrap_err(), FrameError::UnknownKind(200));
+        bad[0] = 9;
+        assert_eq!(Header::decode(&bad, CTX, 5).unwrap_err(), FrameError::BadVersion(9));
+    }
+
+    #[test]
+    fn rankset_picks_the_smaller_form() {
+        let sparse = RankSet::from_ranks(1000, [3, 500]);
+        let dense = RankSet::from_ranks(1000, 0..600);
+        let a = header(FrameKind::FailureNotice).start().put_rankset(&sparse).finish();
+        let b = header(FrameKind::FailureNotice).start().put_rankset(&dense).finish();
+        assert_eq!(a[HEADER_LEN], 0);
+        assert_eq!(b[HEADER_LEN], 1);
+        assert_eq!(b.len(), HEADER_LEN + 1 + 125);
+    }
+
+    #[test]
+    fn rankset_rejects_bits_past_n_and_lying_counts() {
+        let mut r = Reader::new(&[1, 0xff, 0x1f], 12);
+        assert_eq!(r.rankset().unwrap_err(), FrameError::Malformed("dense rank set has bits past n"));
+        let mut r = Reader::new(&[0, 0x7f, 1], 12);
+        assert_eq!(r.rankset().unwrap_err(), FrameError::Truncated);
+        let mut r = Reader::new(&[0, 2, 11, 0], 12);
+        assert_eq!(r.rankset().unwrap_err(), FrameError::RankOutOfRange { rank: 12, n: 12 });
+    }
+
+    #[test]
+    fn varint_rejects_overflow() {
+        let mut r = Reader::new(&[0xff; 11], 12);
+        assert!(matches!(r.varint(), Err(FrameError::Malformed(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn payload_round_trips(n in 1u32..5000, ranks in prop::collection::vec(0u32..5000, 0..700), v in any::<u64>(), data in prop::collection::vec(any::<u8>(), 0..64)) {
+            let set = RankSet::from_ranks(n, ranks.into_iter().filter(|r| *r < n));
+            let frame = Header { kind: FrameKind::FailureNotice, comm: 1, epoch: 2, sender: 0 }
+                .start().put_rankset(&set).put_varint(v).put_bytes(&data).put_u64(v).finish();
+            prop_assert!(frame.len() <= frame_capacity(n));
+            let (_, mut r) = Header::decode(&frame, Context { comm: 1, n }, 0).unwrap();
+            prop_assert_eq!(r.rankset().unwrap(), set);
+            prop_assert_eq!(r.varint().unwrap(), v);
+            prop_assert_eq!(r.bytes().unwrap(), &data[..]);
+            prop_assert_eq!(r.u64().unwrap(), v);
+            prop_assert!(r.finish().is_ok());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), n in 1u32..300) {
+            let mut r = Reader::new(&bytes, n);
+            let _ = r.rankset();
+            let _ = Header::decode(&bytes, Context { comm: 0, n }, 0);
+        }
+    }
+}
