@@ -3,3 +3,4 @@
 //! default backend, the scale simulator, and the engine of the `ftsim` CLI.
 //!
 //! It moves bytes and advances time; it holds no protocol logic.
+pub mod plan_file;

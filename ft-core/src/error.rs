@@ -76,7 +76,9 @@ impl fmt::Display for FrameError {
             FrameError::SenderMismatch { transport, header } => {
                 write!(f, "frame claims sender {header} but came from {transport}")
             }
-            FrameError::FromFailedRank(r) => write!(f, "frame from rank {r}, already declared failed"),
+            FrameError::FromFailedRank(r) => {
+                write!(f, "frame from rank {r}, already declared failed")
+            }
             FrameError::StaleEpoch { current, got } => {
                 write!(f, "stale frame of epoch {got} (current {current})")
             }

@@ -114,7 +114,13 @@ impl BitOrAssign for StateMask {
 
 impl fmt::Debug for StateMask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names = [(1, "OK"), (2, "FAILED"), (4, "NULL"), (8, "NEW"), (16, "OLD")];
+        let names = [
+            (1, "OK"),
+            (2, "FAILED"),
+            (4, "NULL"),
+            (8, "NEW"),
+            (16, "OLD"),
+        ];
         let mut first = true;
         f.write_str("StateMask(")?;
         for (bit, name) in names {

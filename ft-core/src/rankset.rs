@@ -35,7 +35,10 @@ enum Repr {
 impl RankSet {
     /// The empty set of a communicator of `universe` ranks.
     pub const fn new(universe: u32) -> Self {
-        RankSet { universe, repr: Repr::Sparse(Vec::new()) }
+        RankSet {
+            universe,
+            repr: Repr::Sparse(Vec::new()),
+        }
     }
 
     /// A set holding `ranks` (any order, duplicates allowed).
@@ -48,9 +51,15 @@ impl RankSet {
         list.dedup();
         list.shrink_to_fit();
         if let Some(&last) = list.last() {
-            assert!(last < universe, "rank {last} out of range for a communicator of {universe}");
+            assert!(
+                last < universe,
+                "rank {last} out of range for a communicator of {universe}"
+            );
         }
-        let mut set = RankSet { universe, repr: Repr::Sparse(list) };
+        let mut set = RankSet {
+            universe,
+            repr: Repr::Sparse(list),
+        };
         set.rebalance();
         set
     }
@@ -99,7 +108,11 @@ impl RankSet {
     /// # Panics
     /// If `rank >= universe` (a caller bug: peer input is range-checked by the codec).
     pub fn insert(&mut self, rank: Rank) -> bool {
-        assert!(rank < self.universe, "rank {rank} out of range for a communicator of {}", self.universe);
+        assert!(
+            rank < self.universe,
+            "rank {rank} out of range for a communicator of {}",
+            self.universe
+        );
         let added = match &mut self.repr {
             Repr::Sparse(list) => match list.binary_search(&rank) {
                 Ok(_) => false,
@@ -173,7 +186,11 @@ impl RankSet {
         match (&mut self.repr, &other.repr) {
             (_, Repr::Sparse(theirs)) if theirs.is_empty() => return 0,
             (Repr::Dense { bits, len }, Repr::Dense { bits: theirs, .. }) => {
-                for (a, b) in bits.as_raw_mut_slice().iter_mut().zip(theirs.as_raw_slice()) {
+                for (a, b) in bits
+                    .as_raw_mut_slice()
+                    .iter_mut()
+                    .zip(theirs.as_raw_slice())
+                {
                     *a |= *b;
                 }
                 *len = bits.count_ones();
@@ -208,7 +225,11 @@ impl RankSet {
         let before = self.len();
         match (&mut self.repr, &other.repr) {
             (Repr::Dense { bits, len }, Repr::Dense { bits: theirs, .. }) => {
-                for (a, b) in bits.as_raw_mut_slice().iter_mut().zip(theirs.as_raw_slice()) {
+                for (a, b) in bits
+                    .as_raw_mut_slice()
+                    .iter_mut()
+                    .zip(theirs.as_raw_slice())
+                {
                     *a &= !*b;
                 }
                 *len = bits.count_ones();
@@ -245,7 +266,10 @@ impl RankSet {
     }
 
     fn check_universe(&self, other: &RankSet) {
-        assert_eq!(self.universe, other.universe, "rank sets of different communicators");
+        assert_eq!(
+            self.universe, other.universe,
+            "rank sets of different communicators"
+        );
     }
 
     /// Picks the cheaper form: dense once the sparse list would cost more than the
@@ -350,13 +374,19 @@ mod tests {
         for r in 0..400 {
             s.insert(r * 7);
         }
-        assert!(s.is_dense(), "400 members of 10^4 cost more sparse than dense");
+        assert!(
+            s.is_dense(),
+            "400 members of 10^4 cost more sparse than dense"
+        );
         assert!(s.heap_bytes() <= (n as usize).div_ceil(64) * 8);
         for r in 0..390 {
             s.remove(r * 7);
         }
         assert!(!s.is_dense());
-        assert_eq!(s.iter().collect::<Vec<_>>(), (390..400).map(|r| r * 7).collect::<Vec<_>>());
+        assert_eq!(
+            s.iter().collect::<Vec<_>>(),
+            (390..400).map(|r| r * 7).collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -369,7 +399,11 @@ mod tests {
 
     fn arb_pair() -> impl Strategy<Value = (u32, Vec<u32>, Vec<u32>)> {
         (1u32..3000).prop_flat_map(|n| {
-            (Just(n), prop::collection::vec(0..n, 0..400), prop::collection::vec(0..n, 0..400))
+            (
+                Just(n),
+                prop::collection::vec(0..n, 0..400),
+                prop::collection::vec(0..n, 0..400),
+            )
         })
     }
 

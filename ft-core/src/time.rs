@@ -140,6 +140,9 @@ mod tests {
         assert_eq!(Instant::MAX + Duration::from_millis(1), Instant::MAX);
         assert_eq!(Instant::ZERO - Instant::from_nanos(5), Duration::ZERO);
         assert_eq!(Duration::from_millis(2).as_nanos(), 2_000_000);
-        assert_eq!(Instant::from_nanos(10) + Duration::from_nanos(5), Instant::from_nanos(15));
+        assert_eq!(
+            Instant::from_nanos(10) + Duration::from_nanos(5),
+            Instant::from_nanos(15)
+        );
     }
 }

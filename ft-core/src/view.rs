@@ -166,7 +166,10 @@ impl FailureView {
         }
         self.local_delta.union_with(&self.pending);
         self.pending.clear();
-        Counts { failed: self.global.len() + self.local_delta.len(), new }
+        Counts {
+            failed: self.global.len() + self.local_delta.len(),
+            new,
+        }
     }
 
     /// Ends a global validation: `G = agreed` and `L_i = G`. Reports `|G|` and how many
@@ -179,8 +182,15 @@ impl FailureView {
     /// If `agreed` is from another communicator, or drops a rank of the previous `G`
     /// (agreed sets only grow; the agreement guarantees it).
     pub fn commit_global(&mut self, agreed: &RankSet) -> Counts {
-        assert_eq!(agreed.universe(), self.n, "agreed set of another communicator");
-        assert!(self.global.is_subset(agreed), "an agreed failed set never shrinks");
+        assert_eq!(
+            agreed.universe(),
+            self.n,
+            "agreed set of another communicator"
+        );
+        assert!(
+            self.global.is_subset(agreed),
+            "an agreed failed set never shrinks"
+        );
         self.global_epoch += 1;
         self.local_epoch += 1;
         let (global_epoch, local_epoch) = (self.global_epoch, self.local_epoch);
@@ -201,7 +211,10 @@ impl FailureView {
         self.pending.difference_with(agreed);
         self.local_delta.clear();
         self.global = agreed.clone();
-        Counts { failed: self.global.len(), new }
+        Counts {
+            failed: self.global.len(),
+            new,
+        }
     }
 
     /// The application has dealt with failed `rank`: its state becomes `Null`.
@@ -210,7 +223,10 @@ impl FailureView {
         if !self.is_locally_failed(rank) {
             return Err(ViewError::NotFailed(rank));
         }
-        let recognition = Recognition { local_epoch: self.local_epoch, global_epoch: self.global_epoch };
+        let recognition = Recognition {
+            local_epoch: self.local_epoch,
+            global_epoch: self.global_epoch,
+        };
         let marks = self.marks.entry(rank).or_default();
         marks.recognized.get_or_insert(recognition);
         Ok(())
@@ -223,22 +239,49 @@ impl FailureView {
     }
 
     fn describe(&self, scope: Scope, rank: Rank) -> (RankInfo, Modifier) {
-        let ok = (RankInfo { rank, state: RankState::Ok, generation: 0 }, Modifier::Old);
-        let Some(marks) = self.marks.get(&rank) else { return ok };
+        let ok = (
+            RankInfo {
+                rank,
+                state: RankState::Ok,
+                generation: 0,
+            },
+            Modifier::Old,
+        );
+        let Some(marks) = self.marks.get(&rank) else {
+            return ok;
+        };
         let (since, current, recognized_at) = match scope {
-            Scope::Local if self.is_locally_failed(rank) => {
-                (marks.local_since, self.local_epoch, marks.recognized.map(|r| r.local_epoch))
-            }
+            Scope::Local if self.is_locally_failed(rank) => (
+                marks.local_since,
+                self.local_epoch,
+                marks.recognized.map(|r| r.local_epoch),
+            ),
             Scope::Global => match marks.global_since {
-                Some(since) => (since, self.global_epoch, marks.recognized.map(|r| r.global_epoch)),
+                Some(since) => (
+                    since,
+                    self.global_epoch,
+                    marks.recognized.map(|r| r.global_epoch),
+                ),
                 None => return ok,
             },
             Scope::Local => return ok,
         };
-        let modifier = if since == current { Modifier::New } else { Modifier::Old };
+        let modifier = if since == current {
+            Modifier::New
+        } else {
+            Modifier::Old
+        };
         let info = match recognized_at {
-            Some(at) => RankInfo { rank, state: RankState::Null, generation: at.max(since) },
-            None => RankInfo { rank, state: RankState::Failed, generation: since },
+            Some(at) => RankInfo {
+                rank,
+                state: RankState::Null,
+                generation: at.max(since),
+            },
+            None => RankInfo {
+                rank,
+                state: RankState::Failed,
+                generation: since,
+            },
         };
         (info, modifier)
     }
@@ -258,26 +301,37 @@ impl FailureView {
         } else {
             alloc::boxed::Box::new(failed.into_iter_owned())
         };
-        ranks.map(move |r| self.describe(scope, r)).filter(move |(info, m)| mask.matches(info.state, *m)).map(|(info, _)| info)
+        ranks
+            .map(move |r| self.describe(scope, r))
+            .filter(move |(info, m)| mask.matches(info.state, *m))
+            .map(|(info, _)| info)
     }
 
     /// How many ranks of `scope` match `mask`.
     pub fn num_state(&self, scope: Scope, mask: StateMask) -> usize {
         let failed = self.failed_set(scope);
-        let failed_matching =
-            failed.iter().filter(|&r| {
-                let (info, m) = self.describe(scope, r);
-                mask.matches(info.state, m)
-            });
+        let failed_matching = failed.iter().filter(|&r| {
+            let (info, m) = self.describe(scope, r);
+            mask.matches(info.state, m)
+        });
         let failed_count = failed_matching.count();
-        let ok_count = if mask.matches(RankState::Ok, Modifier::Old) { self.n as usize - failed.len() } else { 0 };
+        let ok_count = if mask.matches(RankState::Ok, Modifier::Old) {
+            self.n as usize - failed.len()
+        } else {
+            0
+        };
         failed_count + ok_count
     }
 
     /// Writes the ranks of `scope` that match `mask`, in increasing rank order, into
     /// `out` and returns how many it wrote. If `out` is too small, nothing is written and
     /// the error names the number of entries needed.
-    pub fn get_state(&self, scope: Scope, mask: StateMask, out: &mut [RankInfo]) -> Result<usize, ViewError> {
+    pub fn get_state(
+        &self,
+        scope: Scope,
+        mask: StateMask,
+        out: &mut [RankInfo],
+    ) -> Result<usize, ViewError> {
         let needed = self.num_state(scope, mask);
         if out.len() < needed {
             return Err(ViewError::BufferTooSmall { needed });
@@ -305,7 +359,11 @@ mod tests {
     use super::*;
 
     fn info(rank: Rank, state: RankState, generation: u32) -> RankInfo {
-        RankInfo { rank, state, generation }
+        RankInfo {
+            rank,
+            state,
+            generation,
+        }
     }
 
     #[test]
@@ -324,7 +382,10 @@ mod tests {
     #[test]
     fn bad_calls_are_typed_errors() {
         let mut v = FailureView::new(4, 1);
-        assert_eq!(v.report_failed(4), Err(ViewError::RankOutOfRange { rank: 4, n: 4 }));
+        assert_eq!(
+            v.report_failed(4),
+            Err(ViewError::RankOutOfRange { rank: 4, n: 4 })
+        );
         assert_eq!(v.report_failed(1), Err(ViewError::SelfReported));
         assert_eq!(v.recognize(2), Err(ViewError::NotFailed(2)));
     }
@@ -337,7 +398,10 @@ mod tests {
         v.report_failed(5).unwrap();
         v.validate_local(); // local epoch 2: 5 is NEW, 2 is OLD
         let mut out = [info(0, RankState::Ok, 0); 2];
-        assert_eq!(v.get_state(Scope::Local, StateMask::FAILED | StateMask::NEW, &mut out), Ok(1));
+        assert_eq!(
+            v.get_state(Scope::Local, StateMask::FAILED | StateMask::NEW, &mut out),
+            Ok(1)
+        );
         assert_eq!(out[0], info(5, RankState::Failed, 2));
         v.recognize(2).unwrap();
         assert_eq!(v.get_state(Scope::Local, StateMask::NULL, &mut out), Ok(1));
@@ -345,10 +409,22 @@ mod tests {
         // Global validation agrees on {2, 5, 6}: 6 learned from another survivor.
         let agreed = RankSet::from_ranks(8, [2, 5, 6]);
         assert_eq!(v.commit_global(&agreed), Counts { failed: 3, new: 3 });
-        assert_eq!(v.get_state(Scope::Global, StateMask::FAILED, &mut out), Ok(2));
-        assert_eq!(out, [info(5, RankState::Failed, 1), info(6, RankState::Failed, 1)]);
-        assert_eq!(v.rank_info(Scope::Global, 2).unwrap(), (info(2, RankState::Null, 1), Modifier::New));
-        assert_eq!(v.rank_info(Scope::Local, 6).unwrap(), (info(6, RankState::Failed, 3), Modifier::New));
+        assert_eq!(
+            v.get_state(Scope::Global, StateMask::FAILED, &mut out),
+            Ok(2)
+        );
+        assert_eq!(
+            out,
+            [info(5, RankState::Failed, 1), info(6, RankState::Failed, 1)]
+        );
+        assert_eq!(
+            v.rank_info(Scope::Global, 2).unwrap(),
+            (info(2, RankState::Null, 1), Modifier::New)
+        );
+        assert_eq!(
+            v.rank_info(Scope::Local, 6).unwrap(),
+            (info(6, RankState::Failed, 3), Modifier::New)
+        );
         assert_eq!(v.rank_info(Scope::Local, 5).unwrap().1, Modifier::Old);
     }
 
@@ -360,7 +436,10 @@ mod tests {
         v.validate_local();
         let sentinel = info(7, RankState::Null, 99);
         let mut out = [sentinel; 1];
-        assert_eq!(v.get_state(Scope::Local, StateMask::FAILED, &mut out), Err(ViewError::BufferTooSmall { needed: 2 }));
+        assert_eq!(
+            v.get_state(Scope::Local, StateMask::FAILED, &mut out),
+            Err(ViewError::BufferTooSmall { needed: 2 })
+        );
         assert_eq!(out, [sentinel]);
     }
 

@@ -59,8 +59,12 @@ pub enum FrameKind {
 
 impl FrameKind {
     /// Every kind, for exhaustive tests and fuzzing.
-    pub const ALL: &'static [FrameKind] =
-        &[FrameKind::Heartbeat, FrameKind::Observe, FrameKind::FailureNotice, FrameKind::Revoke];
+    pub const ALL: &'static [FrameKind] = &[
+        FrameKind::Heartbeat,
+        FrameKind::Observe,
+        FrameKind::FailureNotice,
+        FrameKind::Revoke,
+    ];
 
     /// The protocol family the kind belongs to, by code range: `"detector"`, `"revoke"`,
     /// `"agree"` or `"bcast"`. Used to name protocol steps (e.g. simulator kill points).
@@ -75,7 +79,11 @@ impl FrameKind {
 
     /// The kind with code `code`.
     pub fn from_code(code: u8) -> Result<FrameKind, FrameError> {
-        FrameKind::ALL.iter().copied().find(|k| *k as u8 == code).ok_or(FrameError::UnknownKind(code))
+        FrameKind::ALL
+            .iter()
+            .copied()
+            .find(|k| *k as u8 == code)
+            .ok_or(FrameError::UnknownKind(code))
     }
 }
 
@@ -104,7 +112,9 @@ pub struct Header {
 impl Header {
     /// Starts a frame with this header; append the payload with the returned writer.
     pub fn start(self) -> Writer {
-        let mut w = Writer { buf: Vec::with_capacity(64) };
+        let mut w = Writer {
+            buf: Vec::with_capacity(64),
+        };
         w.buf.push(VERSION);
         w.buf.push(self.kind as u8);
         w.put_u32(self.comm);
@@ -115,8 +125,16 @@ impl Header {
 
     /// Decodes and checks the header of a frame that the transport says came from `from`.
     /// Returns the header and a reader positioned on the payload.
-    pub fn decode(bytes: &[u8], ctx: Context, from: Rank) -> Result<(Header, Reader<'_>), FrameError> {
-        let mut r = Reader { bytes, pos: 0, n: ctx.n };
+    pub fn decode(
+        bytes: &[u8],
+        ctx: Context,
+        from: Rank,
+    ) -> Result<(Header, Reader<'_>), FrameError> {
+        let mut r = Reader {
+            bytes,
+            pos: 0,
+            n: ctx.n,
+        };
         let version = r.u8()?;
         if version != VERSION {
             return Err(FrameError::BadVersion(version));
@@ -124,17 +142,34 @@ impl Header {
         let kind = FrameKind::from_code(r.u8()?)?;
         let comm = r.u32()?;
         if comm != ctx.comm {
-            return Err(FrameError::WrongCommunicator { expected: ctx.comm, got: comm });
+            return Err(FrameError::WrongCommunicator {
+                expected: ctx.comm,
+                got: comm,
+            });
         }
         let epoch = r.u32()?;
         let sender = r.u32()?;
         if sender >= ctx.n {
-            return Err(FrameError::RankOutOfRange { rank: sender.into(), n: ctx.n });
+            return Err(FrameError::RankOutOfRange {
+                rank: sender.into(),
+                n: ctx.n,
+            });
         }
         if sender != from {
-            return Err(FrameError::SenderMismatch { transport: from, header: sender });
+            return Err(FrameError::SenderMismatch {
+                transport: from,
+                header: sender,
+            });
         }
-        Ok((Header { kind, comm, epoch, sender }, r))
+        Ok((
+            Header {
+                kind,
+                comm,
+                epoch,
+                sender,
+            },
+            r,
+        ))
     }
 }
 
@@ -314,7 +349,9 @@ impl<'a> Reader<'a> {
                 let mut members = Vec::with_capacity(count as usize);
                 let mut next_min: u64 = 0;
                 for _ in 0..count {
-                    let v = next_min.checked_add(self.varint()?).ok_or(FrameError::Malformed("rank set overflow"))?;
+                    let v = next_min
+                        .checked_add(self.varint()?)
+                        .ok_or(FrameError::Malformed("rank set overflow"))?;
                     if v >= u64::from(self.n) {
                         return Err(FrameError::RankOutOfRange { rank: v, n: self.n });
                     }
@@ -333,7 +370,9 @@ impl<'a> Reader<'a> {
                     }
                 }
                 let members = bytes.iter().enumerate().flat_map(|(i, &b)| {
-                    (0..8u32).filter(move |bit| b & (1 << bit) != 0).map(move |bit| i as u32 * 8 + bit)
+                    (0..8u32)
+                        .filter(move |bit| b & (1 << bit) != 0)
+                        .map(move |bit| i as u32 * 8 + bit)
                 });
                 Ok(RankSet::from_ranks(self.n, members))
             }
@@ -377,7 +416,12 @@ mod tests {
     const CTX: Context = Context { comm: 7, n: 100 };
 
     fn header(kind: FrameKind) -> Header {
-        Header { kind, comm: 7, epoch: 3, sender: 5 }
+        Header {
+            kind,
+            comm: 7,
+            epoch: 3,
+            sender: 5,
+        }
     }
 
     #[test]
@@ -389,24 +433,51 @@ mod tests {
         r.finish().unwrap();
         assert_eq!(
             Header::decode(&frame, Context { comm: 8, n: 100 }, 5).unwrap_err(),
-            FrameError::WrongCommunicator { expected: 8, got: 7 }
+            FrameError::WrongCommunicator {
+                expected: 8,
+                got: 7
+            }
         );
-        assert_eq!(Header::decode(&frame, Context { comm: 7, n: 5 }, 5).unwrap_err(), FrameError::RankOutOfRange { rank: 5, n: 5 });
-        assert_eq!(Header::decode(&frame, CTX, 4).unwrap_err(), FrameError::SenderMismatch { transport: 4, header: 5 });
-        assert_eq!(Header::decode(&frame[..10], CTX, 5).unwrap_err(), FrameError::Truncated);
+        assert_eq!(
+            Header::decode(&frame, Context { comm: 7, n: 5 }, 5).unwrap_err(),
+            FrameError::RankOutOfRange { rank: 5, n: 5 }
+        );
+        assert_eq!(
+            Header::decode(&frame, CTX, 4).unwrap_err(),
+            FrameError::SenderMismatch {
+                transport: 4,
+                header: 5
+            }
+        );
+        assert_eq!(
+            Header::decode(&frame[..10], CTX, 5).unwrap_err(),
+            FrameError::Truncated
+        );
         let mut bad = frame.clone();
         bad[1] = 200;
-        assert_eq!(Header::decode(&bad, CTX, 5).unwrap_err(), FrameError::UnknownKind(200));
+        assert_eq!(
+            Header::decode(&bad, CTX, 5).unwrap_err(),
+            FrameError::UnknownKind(200)
+        );
         bad[0] = 9;
-        assert_eq!(Header::decode(&bad, CTX, 5).unwrap_err(), FrameError::BadVersion(9));
+        assert_eq!(
+            Header::decode(&bad, CTX, 5).unwrap_err(),
+            FrameError::BadVersion(9)
+        );
     }
 
     #[test]
     fn rankset_picks_the_smaller_form() {
         let sparse = RankSet::from_ranks(1000, [3, 500]);
         let dense = RankSet::from_ranks(1000, 0..600);
-        let a = header(FrameKind::FailureNotice).start().put_rankset(&sparse).finish();
-        let b = header(FrameKind::FailureNotice).start().put_rankset(&dense).finish();
+        let a = header(FrameKind::FailureNotice)
+            .start()
+            .put_rankset(&sparse)
+            .finish();
+        let b = header(FrameKind::FailureNotice)
+            .start()
+            .put_rankset(&dense)
+            .finish();
         assert_eq!(a[HEADER_LEN], 0);
         assert_eq!(b[HEADER_LEN], 1);
         assert_eq!(b.len(), HEADER_LEN + 1 + 125);
@@ -415,11 +486,17 @@ mod tests {
     #[test]
     fn rankset_rejects_bits_past_n_and_lying_counts() {
         let mut r = Reader::new(&[1, 0xff, 0x1f], 12);
-        assert_eq!(r.rankset().unwrap_err(), FrameError::Malformed("dense rank set has bits past n"));
+        assert_eq!(
+            r.rankset().unwrap_err(),
+            FrameError::Malformed("dense rank set has bits past n")
+        );
         let mut r = Reader::new(&[0, 0x7f, 1], 12);
         assert_eq!(r.rankset().unwrap_err(), FrameError::Truncated);
         let mut r = Reader::new(&[0, 2, 11, 0], 12);
-        assert_eq!(r.rankset().unwrap_err(), FrameError::RankOutOfRange { rank: 12, n: 12 });
+        assert_eq!(
+            r.rankset().unwrap_err(),
+            FrameError::RankOutOfRange { rank: 12, n: 12 }
+        );
     }
 
     #[test]
