@@ -3,4 +3,17 @@
 //! default backend, the scale simulator, and the engine of the `ftsim` CLI.
 //!
 //! It moves bytes and advances time; it holds no protocol logic.
+//!
+//! - [`engine`]: the event loop, network model, kills ([`engine::Sim`], generic over the
+//!   machine through [`engine::SimRank`]);
+//! - [`queue`]: its calendar queue;
+//! - [`scenario`]: the scenario file contract;
+//! - [`report`]: the run report contract;
+//! - [`failure`]: the failure layer (`ft_core::node::Node`) as a simulated rank;
+//! - [`plan_file`]: `ftsim plan`.
+pub mod engine;
+pub mod failure;
 pub mod plan_file;
+pub mod queue;
+pub mod report;
+pub mod scenario;

@@ -11,3 +11,17 @@
 extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
+
+pub mod check;
+pub mod outputs;
+pub mod plan;
+pub mod refine;
+pub mod spec;
+pub mod topology;
+
+pub use check::CheckError;
+pub use outputs::OutputSet;
+pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
+pub use refine::{refine, Class, Partition, RefineError};
+pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
+pub use topology::{tree_edges, FailedRanks, NoFailures, ParseTopologyError, Topology};

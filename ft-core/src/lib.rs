@@ -20,10 +20,14 @@ extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod agreement;
+pub mod detector;
 pub mod error;
 pub mod machine;
+pub mod node;
 pub mod rank;
 pub mod rankset;
+pub mod shrink;
 pub mod time;
 pub mod view;
 pub mod wire;

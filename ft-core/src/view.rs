@@ -19,7 +19,10 @@
 //! in a scope is the epoch at which it entered its current state there: the epoch that
 //! added it to the scope's set, or for a `Null` rank the later of that and the scope's
 //! epoch when `recognize` was called. It is `New` when it entered the scope's set at the
-//! scope's current (latest) epoch.
+//! scope's current (latest) epoch. An `Ok` rank's generation is 0, except for a rank that
+//! a global validation dropped from `L_i` (see [`FailureView::commit_global`]): the local
+//! epoch of that validation. Recognition belongs to the rank, not to a scope: once
+//! recognized, a rank is `Null` in every scope whose set holds it.
 
 use hashbrown::HashMap;
 
@@ -40,6 +43,8 @@ pub struct Counts {
 #[derive(Clone, Copy, Debug, Default)]
 struct Marks {
     local_since: u32,
+    /// The local epoch at which the rank last left `L_i` (back to `Ok` there), 0 if never.
+    local_ok_since: u32,
     global_since: Option<u32>,
     recognized: Option<Recognition>,
 }
@@ -177,6 +182,8 @@ impl FailureView {
     ///
     /// Ranks of `L_i` that the agreement left out (news folded in after this rank gave
     /// its contribution) go back to `pending`, so the next validation picks them up.
+    /// Until then they are `Ok` in the local scope, with this commit's local epoch as
+    /// their generation; a recognition made earlier still holds when they come back.
     ///
     /// # Panics
     /// If `agreed` is from another communicator, or drops a rank of the previous `G`
@@ -205,7 +212,12 @@ impl FailureView {
         }
         self.local_delta.difference_with(agreed);
         for rank in self.local_delta.iter() {
-            self.marks.remove(&rank);
+            // Left out of the agreement: `Ok` in the local scope again as of this epoch.
+            // The application's recognition of the failure stands: if the rank comes
+            // back into `L_i`, it comes back as `Null`.
+            if let Some(marks) = self.marks.get_mut(&rank) {
+                marks.local_ok_since = local_epoch;
+            }
         }
         self.pending.union_with(&self.local_delta);
         self.pending.difference_with(agreed);
@@ -250,6 +262,16 @@ impl FailureView {
         let Some(marks) = self.marks.get(&rank) else {
             return ok;
         };
+        let ok_since = |generation| {
+            (
+                RankInfo {
+                    rank,
+                    state: RankState::Ok,
+                    generation,
+                },
+                Modifier::Old,
+            )
+        };
         let (since, current, recognized_at) = match scope {
             Scope::Local if self.is_locally_failed(rank) => (
                 marks.local_since,
@@ -264,7 +286,7 @@ impl FailureView {
                 ),
                 None => return ok,
             },
-            Scope::Local => return ok,
+            Scope::Local => return ok_since(marks.local_ok_since),
         };
         let modifier = if since == current {
             Modifier::New

@@ -55,6 +55,16 @@ pub enum FrameKind {
     FailureNotice = 3,
     /// Communicator revoked: fail in-flight operations.
     Revoke = 4,
+    /// Agreement: a coordinator's new round (ballot and excluded set), down the tree.
+    AgreePrepare = 16,
+    /// Agreement: a subtree's promise (contributions, accepted/decided value, rejection), up.
+    AgreePromise = 17,
+    /// Agreement: the coordinator's proposal, down the tree.
+    AgreeAccept = 18,
+    /// Agreement: a subtree accepted the proposal (or rejects it), up.
+    AgreeAccepted = 19,
+    /// Agreement: the decided set, down the tree of a decision broadcast.
+    AgreeDecide = 20,
 }
 
 impl FrameKind {
@@ -64,6 +74,11 @@ impl FrameKind {
         FrameKind::Observe,
         FrameKind::FailureNotice,
         FrameKind::Revoke,
+        FrameKind::AgreePrepare,
+        FrameKind::AgreePromise,
+        FrameKind::AgreeAccept,
+        FrameKind::AgreeAccepted,
+        FrameKind::AgreeDecide,
     ];
 
     /// The protocol family the kind belongs to, by code range: `"detector"`, `"revoke"`,

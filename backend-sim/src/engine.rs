@@ -1,0 +1,798 @@
+//! The discrete-event engine: a virtual clock, a network model, kills and actions,
+//! driving `n` protocol machines through the common face ([`Protocol`]).
+//!
+//! The engine knows nothing of any protocol: it delivers bytes, fires timers when a
+//! machine's `poll_timeout` comes due, runs application actions through [`SimRank`], and
+//! reads only the frame header's kind byte (to count frames per kind and to kill a rank
+//! at a named protocol step). It is generic over the machine `P`, so the same engine
+//! drives the failure layer alone or a bigger stack.
+//!
+//! # Network model
+//!
+//! A frame of `b` bytes sent at `t` arrives at `t + latency + b / bandwidth + jitter`,
+//! with `jitter` uniform in `[0, jitter_max)` from the scenario's seed (splitmix64, one
+//! draw per frame). Frames of different pairs may overtake each other; frames of one
+//! pair never do (an arrival is pushed back to the pair's previous arrival if needed).
+//! Frames already sent when their sender dies are still delivered; frames reaching a dead
+//! rank are dropped.
+//!
+//! # Cost
+//!
+//! Per rank the engine keeps the machine, one scheduled wake-up time and an alive flag.
+//! Frames of up to [`INLINE`] bytes (heartbeats, `Observe`, small notices) travel inline
+//! in a slab slot reused through a free list: no allocation per frame. Wake-ups are
+//! scheduled lazily: a rank has at most one pending timer event, re-armed only when its
+//! `poll_timeout` changes (a stale one is skipped when popped). Events sit in a calendar
+//! queue ([`crate::queue`]). Nothing is skipped or approximated: every heartbeat is sent,
+//! delivered and handled by its machine.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use ft_core::view::FailureView;
+use ft_core::wire::{self, FrameKind};
+use ft_core::{Duration, Instant, Protocol, Rank};
+
+use crate::queue::EventQueue;
+use crate::scenario::{ActionKind, KillPoint, Scenario};
+
+/// Frames up to this many bytes are stored inline (no allocation).
+pub const INLINE: usize = 46;
+
+/// What the report records from one protocol event of a rank.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observation {
+    /// The rank's own detector declared `rank` dead.
+    Suspected {
+        /// The declared rank.
+        rank: Rank,
+    },
+    /// The rank learned from a notice that `rank` is dead.
+    Learned {
+        /// The dead rank.
+        rank: Rank,
+        /// Hops from the declaring rank.
+        hops: u32,
+    },
+    /// A validation finished at the rank.
+    Validated {
+        /// `"local"` or `"global"`.
+        kind: &'static str,
+        /// When the validation was started (the action's time for collective ones).
+        started: Instant,
+        /// `L_i` (local) or `G` (global) it returned.
+        result: Vec<Rank>,
+    },
+    /// A broadcast delivered the outputs this rank needed.
+    Received {
+        /// Broadcast number (order of the scenario's broadcast actions, from 0).
+        broadcast: u32,
+        /// Output names received.
+        outputs: Vec<String>,
+    },
+}
+
+/// Settings handed to the factory that builds each rank's machine.
+#[derive(Clone, Copy, Debug)]
+pub struct RankSetup {
+    /// The rank.
+    pub rank: Rank,
+    /// Communicator size.
+    pub n: u32,
+    /// Communicator id (0).
+    pub comm: u32,
+    /// Heartbeat period.
+    pub period: Duration,
+    /// Detector timeout.
+    pub timeout: Duration,
+    /// A seeded offset in `[0, period)` to spread this rank's heartbeats.
+    pub phase: Duration,
+    /// A per-rank seed derived from the scenario's.
+    pub seed: u64,
+}
+
+/// What the engine needs from a rank's machine beyond the protocol face.
+pub trait SimRank: Protocol {
+    /// The rank's failure view (its `L_i` and `G` go into the report).
+    fn view(&self) -> &FailureView;
+    /// Whether the machine stopped itself (it learned it was declared dead).
+    fn is_stopped(&self) -> bool;
+    /// Whether this kind of machine can run `action` (checked at scenario load).
+    fn supports(action: &ActionKind) -> Result<(), String>;
+    /// Runs an application action. `index` numbers the scenario's actions of the same
+    /// kind (e.g. the broadcast number).
+    fn apply(&mut self, now: Instant, action: &ActionKind, index: u32) -> Result<(), String>;
+    /// Maps a protocol event to what the report records, if anything.
+    fn observe(&self, now: Instant, event: &Self::Event) -> Option<Observation>;
+}
+
+/// The engine gave up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The event budget ran out before the run reached its end time (a protocol that
+    /// does not settle, e.g. a message storm).
+    EventBudgetExhausted {
+        /// Events processed.
+        events: u64,
+        /// Simulated time reached.
+        at: Instant,
+    },
+    /// A condition awaited by [`Sim::drive_until`] did not hold by the deadline.
+    NotConverged {
+        /// The deadline.
+        deadline: Instant,
+        /// Events processed.
+        events: u64,
+    },
+    /// An action the machines cannot run.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SimError::EventBudgetExhausted { events, at } => {
+                write!(f, "event budget exhausted after {events} events at {at}")
+            }
+            SimError::NotConverged { deadline, events } => {
+                write!(f, "did not converge by {deadline} ({events} events)")
+            }
+            SimError::Unsupported(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    Deliver { to: Rank, slot: u32 },
+    Timer { rank: Rank },
+    Kill { rank: Rank },
+    Action { index: u32 },
+}
+
+#[derive(Clone, Debug)]
+enum Payload {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Payload {
+    fn new(frame: &[u8]) -> Self {
+        if frame.len() <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            bytes[..frame.len()].copy_from_slice(frame);
+            Payload::Inline {
+                len: frame.len() as u8,
+                bytes,
+            }
+        } else {
+            Payload::Heap(frame.into())
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Inline { len, bytes } => &bytes[..*len as usize],
+            Payload::Heap(b) => b,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    from: Rank,
+    payload: Payload,
+}
+
+/// splitmix64: the engine's only source of randomness, seeded by the scenario.
+#[derive(Clone, Debug)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[0, bound)` (0 when `bound` is 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        if bound == 0 {
+            0
+        } else {
+            ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
+        }
+    }
+}
+
+/// A multiply-shift hasher for the per-pair FIFO table (keys are packed rank pairs).
+#[derive(Default)]
+struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PairMap = HashMap<u64, u64, BuildHasherDefault<PairHasher>>;
+
+#[derive(Clone, Debug)]
+struct StepKill {
+    family: &'static str,
+    nth: u64,
+    seen: u64,
+}
+
+/// How a rank left the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Departure {
+    /// Killed by the scenario at this time.
+    Killed(Instant),
+    /// Learned it was declared dead and stopped at this time.
+    Stopped(Instant),
+}
+
+/// Per failed rank: when it was first suspected, when each rank learned it, max hops.
+#[derive(Clone, Debug)]
+pub struct DetectionLog {
+    /// Earliest suspicion by any rank.
+    pub first_suspected: Option<Instant>,
+    /// Per rank: when it learned (by suspicion or notice), `Instant::MAX` if never.
+    pub learned: Vec<Instant>,
+    /// Largest hop count over all notices that taught it.
+    pub max_hops: u32,
+}
+
+/// One validation a rank finished.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidationLog {
+    /// `"local"` or `"global"`.
+    pub kind: &'static str,
+    /// Started.
+    pub started: Instant,
+    /// Finished.
+    pub finished: Instant,
+    /// The set it returned.
+    pub result: Vec<Rank>,
+}
+
+/// One broadcast a rank received.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceivedLog {
+    /// Broadcast number.
+    pub broadcast: u32,
+    /// Outputs received.
+    pub outputs: Vec<String>,
+    /// When.
+    pub finished: Instant,
+}
+
+/// What the engine recorded for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Log {
+    /// Events processed.
+    pub events: u64,
+    /// Frames sent.
+    pub messages: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Frames sent per kind code.
+    pub by_kind: Vec<u64>,
+    /// Frames a machine rejected (typed errors from `handle_message`).
+    pub rejected: u64,
+    /// Largest network delay drawn for a frame (before FIFO push-back).
+    pub max_delay: Duration,
+    /// Per failed rank.
+    pub detections: HashMap<Rank, DetectionLog>,
+    /// Per rank, validations (sparse: only ranks that validated).
+    pub validations: HashMap<Rank, Vec<ValidationLog>>,
+    /// Per rank, broadcasts received.
+    pub received: HashMap<Rank, Vec<ReceivedLog>>,
+    /// Ranks that left the run.
+    pub departures: HashMap<Rank, Departure>,
+}
+
+/// The network parameters in engine units.
+#[derive(Clone, Copy, Debug)]
+pub struct NetModel {
+    /// Fixed latency.
+    pub latency: Duration,
+    /// Picoseconds per byte (1000 / (GB/s)).
+    pub ps_per_byte: u64,
+    /// Exclusive bound of the uniform jitter.
+    pub jitter: Duration,
+}
+
+impl NetModel {
+    /// The model of a scenario's `network` section.
+    pub fn from_scenario(s: &Scenario) -> Self {
+        NetModel {
+            latency: Duration::from_nanos((s.network.latency_us * 1e3).round() as u64),
+            ps_per_byte: (1e3 / s.network.gbytes_per_s).round() as u64,
+            jitter: Duration::from_nanos((s.network.jitter_us() * 1e3).round() as u64),
+        }
+    }
+    /// The largest delay of a frame of `bytes` bytes.
+    pub fn max_delay(&self, bytes: usize) -> Duration {
+        self.latency + self.jitter + Duration::from_nanos(self.ps_per_byte * bytes as u64 / 1000)
+    }
+}
+
+fn ms(v: f64) -> Instant {
+    Instant::from_nanos((v * 1e6).round() as u64)
+}
+
+/// The simulator: `n` machines, a clock, a network. See the [module docs](self).
+pub struct Sim<P: SimRank> {
+    now: Instant,
+    until: Instant,
+    machines: Vec<P>,
+    alive: Vec<bool>,
+    /// The wake-up each rank has queued (`Instant::MAX`: none).
+    wake: Vec<Instant>,
+    /// Frames each rank sent.
+    sent: Vec<u32>,
+    queue: EventQueue<Ev>,
+    slots: Vec<InFlight>,
+    free_slots: Vec<u32>,
+    last_arrival: PairMap,
+    prune_at: usize,
+    net: NetModel,
+    extra_send_delay: HashMap<Rank, Duration>,
+    rng: SplitMix,
+    step_kills: HashMap<Rank, Vec<StepKill>>,
+    actions: Vec<(ActionKind, u32)>,
+    buf: Vec<u8>,
+    budget: u64,
+    log: Log,
+}
+
+impl<P: SimRank> Sim<P> {
+    /// A simulator for `scenario`, building rank `r`'s machine with `make`. Kills and
+    /// actions are queued; nothing runs until a `run*`/`drive*` call.
+    pub fn new(scenario: &Scenario, mut make: impl FnMut(&RankSetup) -> P) -> Result<Self, SimError> {
+        let n = scenario.ranks;
+        let period = Duration::from_nanos((scenario.detector.period_ms * 1e6).round() as u64);
+        let timeout = Duration::from_nanos((scenario.detector.timeout_ms * 1e6).round() as u64);
+        let mut rng = SplitMix::new(scenario.seed);
+        let mut machines = Vec::with_capacity(n as usize);
+        for rank in 0..n {
+            let seed = rng.next_u64();
+            let phase = Duration::from_nanos(SplitMix::new(seed).below(period.as_nanos()));
+            machines.push(make(&RankSetup {
+                rank,
+                n,
+                comm: 0,
+                period,
+                timeout,
+                phase,
+                seed,
+            }));
+        }
+        let mut sim = Sim {
+            now: Instant::ZERO,
+            until: ms(scenario.until_ms),
+            machines,
+            alive: vec![true; n as usize],
+            wake: vec![Instant::MAX; n as usize],
+            sent: vec![0; n as usize],
+            queue: EventQueue::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            last_arrival: PairMap::default(),
+            prune_at: 1 << 16,
+            net: NetModel::from_scenario(scenario),
+            extra_send_delay: HashMap::new(),
+            rng,
+            step_kills: HashMap::new(),
+            actions: Vec::new(),
+            buf: vec![0u8; wire::frame_capacity(n)],
+            budget: u64::MAX,
+            log: Log {
+                by_kind: vec![0; 256],
+                ..Log::default()
+            },
+        };
+        for kill in &scenario.kill {
+            match kill.point() {
+                Ok(KillPoint::At(at)) => sim
+                    .queue
+                    .push(ms(at).as_nanos(), Ev::Kill { rank: kill.rank }),
+                Ok(KillPoint::BeforeSend { family, nth }) => {
+                    sim.step_kills.entry(kill.rank).or_default().push(StepKill {
+                        family,
+                        nth,
+                        seen: 0,
+                    })
+                }
+                Err(e) => return Err(SimError::Unsupported(e)),
+            }
+        }
+        let mut counts: HashMap<&'static str, u32> = HashMap::new();
+        for (at, kind) in scenario.action_kinds() {
+            P::supports(&kind).map_err(SimError::Unsupported)?;
+            let count = counts.entry(kind.name()).or_default();
+            let index = sim.actions.len() as u32;
+            sim.actions.push((kind, *count));
+            *count += 1;
+            sim.queue.push(ms(at).as_nanos(), Ev::Action { index });
+        }
+        for rank in 0..n {
+            sim.reschedule(rank);
+        }
+        Ok(sim)
+    }
+
+    /// Caps the number of events any later `run*`/`drive*` call may process in total.
+    pub fn set_event_budget(&mut self, events: u64) {
+        self.budget = events;
+    }
+
+    /// Adds `extra` to the delay of every frame `rank` sends from now on (a slow or
+    /// partitioned process, e.g. to provoke a false suspicion).
+    pub fn delay_sends_of(&mut self, rank: Rank, extra: Duration) {
+        self.extra_send_delay.insert(rank, extra);
+    }
+
+    /// Kills `rank` now.
+    pub fn kill(&mut self, rank: Rank) {
+        self.depart(rank, Departure::Killed(self.now));
+    }
+
+    // ----- getters -----
+
+    /// The simulated clock.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+    /// The run's end time.
+    pub fn until(&self) -> Instant {
+        self.until
+    }
+    /// Communicator size.
+    pub fn size(&self) -> u32 {
+        self.machines.len() as u32
+    }
+    /// Rank `r`'s machine.
+    pub fn machine(&self, r: Rank) -> &P {
+        &self.machines[r as usize]
+    }
+    /// Rank `r`'s machine, for application commands in tests.
+    pub fn machine_mut(&mut self, r: Rank) -> &mut P {
+        &mut self.machines[r as usize]
+    }
+    /// Whether `r` is still running (neither killed nor stopped).
+    pub fn is_alive(&self, r: Rank) -> bool {
+        self.alive[r as usize]
+    }
+    /// Frames rank `r` sent so far (saturating at `u32::MAX`).
+    pub fn frames_sent_by(&self, r: Rank) -> u32 {
+        self.sent[r as usize]
+    }
+    /// Ranks still running.
+    pub fn survivors(&self) -> impl Iterator<Item = Rank> + '_ {
+        (0..self.size()).filter(|&r| self.is_alive(r))
+    }
+    /// What was recorded so far.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+    /// The network model.
+    pub fn net(&self) -> &NetModel {
+        &self.net
+    }
+
+    // ----- driving -----
+
+    /// Runs an application action on every live rank now (as a scenario action would).
+    pub fn act(&mut self, action: &ActionKind, index: u32) -> Result<(), SimError> {
+        P::supports(action).map_err(SimError::Unsupported)?;
+        for rank in 0..self.size() {
+            if self.alive[rank as usize] {
+                let now = self.now;
+                // A rank that refuses (e.g. stopped meanwhile) is simply left out.
+                let _ = self.machines[rank as usize].apply(now, action, index);
+                self.settle(rank);
+            }
+        }
+        Ok(())
+    }
+
+    /// Processes one event; returns its time, or `None` when nothing is queued.
+    pub fn step(&mut self) -> Option<Instant> {
+        let (time, ev) = self.queue.pop()?;
+        self.now = self.now.max(Instant::from_nanos(time));
+        self.log.events += 1;
+        match ev {
+            Ev::Deliver { to, slot } => {
+                let InFlight { from, payload } = std::mem::replace(
+                    &mut self.slots[slot as usize],
+                    InFlight {
+                        from: 0,
+                        payload: Payload::Inline {
+                            len: 0,
+                            bytes: [0; INLINE],
+                        },
+                    },
+                );
+                self.free_slots.push(slot);
+                if self.alive[to as usize] {
+                    let now = self.now;
+                    if self.machines[to as usize]
+                        .handle_message(now, from, payload.bytes())
+                        .is_err()
+                    {
+                        self.log.rejected += 1;
+                    }
+                    self.settle(to);
+                }
+            }
+            Ev::Timer { rank } => {
+                if self.alive[rank as usize] && self.wake[rank as usize] == self.now {
+                    self.wake[rank as usize] = Instant::MAX;
+                    let now = self.now;
+                    self.machines[rank as usize].handle_timeout(now);
+                    self.settle(rank);
+                }
+            }
+            Ev::Kill { rank } => {
+                if self.alive[rank as usize] {
+                    self.depart(rank, Departure::Killed(self.now));
+                }
+            }
+            Ev::Action { index } => {
+                let (kind, nth) = self.actions[index as usize].clone();
+                // Support was checked when the action was queued.
+                let _ = self.act(&kind, nth);
+            }
+        }
+        Some(self.now)
+    }
+
+    /// Processes every event up to and including `t`, then sets the clock to `t`.
+    pub fn run_until(&mut self, t: Instant) -> Result<(), SimError> {
+        self.run_inner(t, &mut |_| {})
+    }
+
+    /// Runs to the scenario's end time, calling `progress(now)` every few thousand events.
+    pub fn run_to_end(&mut self, mut progress: impl FnMut(Instant)) -> Result<(), SimError> {
+        let until = self.until;
+        self.run_inner(until, &mut progress)
+    }
+
+    fn run_inner(&mut self, t: Instant, progress: &mut dyn FnMut(Instant)) -> Result<(), SimError> {
+        while let Some(next) = self.queue.peek_time() {
+            if next > t.as_nanos() {
+                break;
+            }
+            if self.log.events >= self.budget {
+                return Err(SimError::EventBudgetExhausted {
+                    events: self.log.events,
+                    at: self.now,
+                });
+            }
+            self.step();
+            if self.log.events & 0xffff == 0 {
+                progress(self.now);
+            }
+        }
+        self.now = self.now.max(t);
+        Ok(())
+    }
+
+    /// Runs until `done(self)` holds (checked whenever the clock moves, and first now),
+    /// or fails with [`SimError::NotConverged`] once the clock would pass `deadline`.
+    pub fn drive_until(
+        &mut self,
+        deadline: Instant,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Result<Instant, SimError> {
+        if done(self) {
+            return Ok(self.now);
+        }
+        while let Some(next) = self.queue.peek_time() {
+            if next > deadline.as_nanos() {
+                break;
+            }
+            if next > self.now.as_nanos() && done(self) {
+                return Ok(self.now);
+            }
+            if self.log.events >= self.budget {
+                return Err(SimError::EventBudgetExhausted {
+                    events: self.log.events,
+                    at: self.now,
+                });
+            }
+            self.step();
+        }
+        if done(self) {
+            return Ok(self.now);
+        }
+        Err(SimError::NotConverged {
+            deadline,
+            events: self.log.events,
+        })
+    }
+
+    // ----- internals -----
+
+    fn depart(&mut self, rank: Rank, how: Departure) {
+        if !self.alive[rank as usize] {
+            return;
+        }
+        self.alive[rank as usize] = false;
+        self.wake[rank as usize] = Instant::MAX;
+        self.log.departures.insert(rank, how);
+    }
+
+    /// After any input to `rank`: send its frames, record its events, re-arm its timer.
+    fn settle(&mut self, rank: Rank) {
+        let now = self.now;
+        let mut buf = std::mem::take(&mut self.buf);
+        while self.alive[rank as usize] {
+            let Some(t) = self.machines[rank as usize].poll_transmit(now, &mut buf) else {
+                break;
+            };
+            let frame = &buf[..t.len];
+            if self.dies_before_sending(rank, frame) {
+                self.depart(rank, Departure::Killed(now));
+                break;
+            }
+            self.send(rank, t.to, frame);
+        }
+        self.buf = buf;
+        while let Some(event) = self.machines[rank as usize].poll_event() {
+            if let Some(obs) = self.machines[rank as usize].observe(now, &event) {
+                self.record(rank, obs);
+            }
+        }
+        if self.alive[rank as usize] && self.machines[rank as usize].is_stopped() {
+            self.depart(rank, Departure::Stopped(now));
+        }
+        self.reschedule(rank);
+    }
+
+    fn dies_before_sending(&mut self, rank: Rank, frame: &[u8]) -> bool {
+        let Some(kills) = self.step_kills.get_mut(&rank) else {
+            return false;
+        };
+        let family = frame
+            .get(1)
+            .and_then(|&code| FrameKind::from_code(code).ok())
+            .map(FrameKind::family);
+        let Some(family) = family else {
+            return false;
+        };
+        let mut dies = false;
+        for k in kills.iter_mut().filter(|k| k.family == family) {
+            k.seen += 1;
+            dies |= k.seen == k.nth;
+        }
+        dies
+    }
+
+    fn reschedule(&mut self, rank: Rank) {
+        if !self.alive[rank as usize] {
+            return;
+        }
+        let Some(at) = self.machines[rank as usize].poll_timeout() else {
+            self.wake[rank as usize] = Instant::MAX;
+            return;
+        };
+        let at = at.max(self.now);
+        if self.wake[rank as usize] != at {
+            self.wake[rank as usize] = at;
+            self.queue.push(at.as_nanos(), Ev::Timer { rank });
+        }
+    }
+
+    fn send(&mut self, from: Rank, to: Rank, frame: &[u8]) {
+        self.log.messages += 1;
+        self.sent[from as usize] = self.sent[from as usize].saturating_add(1);
+        self.log.bytes += frame.len() as u64;
+        if let Some(&kind) = frame.get(1) {
+            self.log.by_kind[kind as usize] += 1;
+        }
+        if to as usize >= self.machines.len() {
+            return;
+        }
+        let mut delay = self.net.latency
+            + Duration::from_nanos(self.net.ps_per_byte * frame.len() as u64 / 1000)
+            + Duration::from_nanos(self.rng.below(self.net.jitter.as_nanos()));
+        self.log.max_delay = self.log.max_delay.max(delay);
+        if let Some(&extra) = self.extra_send_delay.get(&from) {
+            delay = delay + extra;
+        }
+        let mut arrival = (self.now + delay).as_nanos();
+        let pair = (u64::from(from) << 32) | u64::from(to);
+        let last = self.last_arrival.entry(pair).or_insert(0);
+        arrival = arrival.max(*last);
+        *last = arrival;
+        if self.last_arrival.len() > self.prune_at {
+            let now = self.now.as_nanos();
+            self.last_arrival.retain(|_, t| *t > now);
+            self.prune_at = (self.last_arrival.len() * 2).max(1 << 16);
+        }
+        let inflight = InFlight {
+            from,
+            payload: Payload::new(frame),
+        };
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.slots[s as usize] = inflight;
+                s
+            }
+            None => {
+                self.slots.push(inflight);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.queue.push(arrival, Ev::Deliver { to, slot });
+    }
+
+    fn record(&mut self, rank: Rank, obs: Observation) {
+        let n = self.machines.len();
+        let now = self.now;
+        let learn = |log: &mut Log, dead: Rank, hops: u32, suspected: bool| {
+            let entry = log.detections.entry(dead).or_insert_with(|| DetectionLog {
+                first_suspected: None,
+                learned: vec![Instant::MAX; n],
+                max_hops: 0,
+            });
+            if suspected && entry.first_suspected.is_none() {
+                entry.first_suspected = Some(now);
+            }
+            let slot = &mut entry.learned[rank as usize];
+            if *slot == Instant::MAX {
+                *slot = now;
+            }
+            entry.max_hops = entry.max_hops.max(hops);
+        };
+        match obs {
+            Observation::Suspected { rank: dead } => learn(&mut self.log, dead, 0, true),
+            Observation::Learned { rank: dead, hops } => learn(&mut self.log, dead, hops, false),
+            Observation::Validated {
+                kind,
+                started,
+                result,
+            } => self
+                .log
+                .validations
+                .entry(rank)
+                .or_default()
+                .push(ValidationLog {
+                    kind,
+                    started,
+                    finished: now,
+                    result,
+                }),
+            Observation::Received { broadcast, outputs } => self
+                .log
+                .received
+                .entry(rank)
+                .or_default()
+                .push(ReceivedLog {
+                    broadcast,
+                    outputs,
+                    finished: now,
+                }),
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The run report of `ftsim run` (DESIGN.md's contract): built from a finished [`Sim`],
+//! rendered as JSON (`--json`) or readable text.
+//!
+//! The JSON holds exactly the contract's fields (`per_rank` is left out with
+//! `--summary`); figures beyond the contract (frames per kind, rejected frames, wall
+//! time) are only in the text form and in [`Report::extra`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use ft_core::wire::FrameKind;
+use ft_core::{Instant, Rank};
+
+use crate::engine::{Departure, Sim, SimRank};
+
+/// The run report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Communicator size.
+    pub ranks: u32,
+    /// End of the run, simulated milliseconds.
+    pub until_ms: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Frames sent.
+    pub messages: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Every rank (absent in summary reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_rank: Option<Vec<RankReport>>,
+    /// Every rank that failed (killed or declared dead).
+    pub detections: Vec<Detection>,
+    /// Figures beyond the contract.
+    #[serde(skip)]
+    pub extra: Extra,
+}
+
+/// One rank at the end of the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankReport {
+    /// The rank.
+    pub rank: Rank,
+    /// Neither killed nor stopped.
+    pub alive: bool,
+    /// `L_i` at the end (or when it died).
+    pub local: Vec<Rank>,
+    /// `G` at the end (or when it died).
+    pub global: Vec<Rank>,
+    /// Validations it finished.
+    pub validations: Vec<ValidationReport>,
+    /// Broadcasts it received.
+    pub received: Vec<ReceivedReport>,
+}
+
+/// One finished validation.
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidationReport {
+    /// `"local"` or `"global"`.
+    pub kind: &'static str,
+    /// Start, simulated ms.
+    pub started_ms: f64,
+    /// End, simulated ms.
+    pub finished_ms: f64,
+    /// The set it returned.
+    pub result: Vec<Rank>,
+}
+
+/// One received broadcast.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReceivedReport {
+    /// Broadcast number.
+    pub broadcast: u32,
+    /// Outputs received.
+    pub outputs: Vec<String>,
+    /// When, simulated ms.
+    pub finished_ms: f64,
+}
+
+/// How one failure was detected and propagated.
+#[derive(Clone, Debug, Serialize)]
+pub struct Detection {
+    /// The failed rank.
+    pub rank: Rank,
+    /// First suspicion by any rank (null if never suspected).
+    pub first_suspected_ms: Option<f64>,
+    /// When the last rank alive at the end learned it (null if some never did).
+    pub all_survivors_ms: Option<f64>,
+    /// Largest hop count of a notice about it.
+    pub max_hops: u32,
+}
+
+/// Figures beyond the contract.
+#[derive(Clone, Debug, Default)]
+pub struct Extra {
+    /// Ranks killed by the scenario, with the time (ms).
+    pub killed: Vec<(Rank, f64)>,
+    /// Ranks that learned they were declared dead and stopped, with the time (ms).
+    pub stopped: Vec<(Rank, f64)>,
+    /// Frames per kind name.
+    pub by_kind: BTreeMap<String, u64>,
+    /// Frames refused by a machine (typed errors).
+    pub rejected: u64,
+    /// Largest network delay drawn, ms.
+    pub max_delay_ms: f64,
+    /// Ranks alive at the end.
+    pub survivors: u32,
+    /// Survivors whose last `L_i` lacks a failed rank, or holds a live one.
+    pub survivors_wrong: u32,
+}
+
+fn millis(t: Instant) -> f64 {
+    t.as_millis_f64()
+}
+
+impl Report {
+    /// The report of `sim` as it stands; `per_rank` only when asked for.
+    pub fn build<P: SimRank>(sim: &Sim<P>, per_rank: bool) -> Report {
+        let n = sim.size();
+        let log = sim.log();
+        let mut extra = Extra {
+            rejected: log.rejected,
+            max_delay_ms: log.max_delay.as_millis_f64(),
+            ..Extra::default()
+        };
+        for (code, &count) in log.by_kind.iter().enumerate() {
+            if count > 0 {
+                let name = match FrameKind::from_code(code as u8) {
+                    Ok(k) => format!("{k:?}"),
+                    Err(_) => format!("kind{code}"),
+                };
+                extra.by_kind.insert(name, count);
+            }
+        }
+        let mut departures: Vec<_> = log.departures.iter().collect();
+        departures.sort_by_key(|(r, _)| **r);
+        for (&rank, how) in departures {
+            match how {
+                Departure::Killed(at) => extra.killed.push((rank, millis(*at))),
+                Departure::Stopped(at) => extra.stopped.push((rank, millis(*at))),
+            }
+        }
+        let failed: Vec<Rank> = {
+            let mut f: Vec<Rank> = log
+                .departures
+                .keys()
+                .chain(log.detections.keys())
+                .copied()
+                .collect();
+            f.sort_unstable();
+            f.dedup();
+            f
+        };
+        let survivors: Vec<Rank> = sim.survivors().collect();
+        extra.survivors = survivors.len() as u32;
+        let dead: std::collections::HashSet<Rank> = failed
+            .iter()
+            .copied()
+            .filter(|&r| !sim.is_alive(r))
+            .collect();
+        for &r in &survivors {
+            let local = sim.machine(r).view().local();
+            let complete = dead.iter().all(|&d| local.contains(d));
+            let accurate = local.iter().all(|x| dead.contains(&x));
+            if !(complete && accurate) {
+                extra.survivors_wrong += 1;
+            }
+        }
+        let detections = failed
+            .iter()
+            .map(|&rank| {
+                let entry = log.detections.get(&rank);
+                let all = entry.and_then(|e| {
+                    let mut last = Instant::ZERO;
+                    for &s in &survivors {
+                        if s == rank {
+                            continue;
+                        }
+                        let t = e.learned[s as usize];
+                        if t == Instant::MAX {
+                            return None;
+                        }
+                        last = last.max(t);
+                    }
+                    Some(millis(last))
+                });
+                Detection {
+                    rank,
+                    first_suspected_ms: entry.and_then(|e| e.first_suspected).map(millis),
+                    all_survivors_ms: all,
+                    max_hops: entry.map_or(0, |e| e.max_hops),
+                }
+            })
+            .collect();
+        let per_rank = per_rank.then(|| {
+            (0..n)
+                .map(|rank| {
+                    let view = sim.machine(rank).view();
+                    RankReport {
+                        rank,
+                        alive: sim.is_alive(rank),
+                        local: view.local().iter().collect(),
+                        global: view.global().iter().collect(),
+                        validations: log
+                            .validations
+                            .get(&rank)
+                            .map(|v| {
+                                v.iter()
+                                    .map(|v| ValidationReport {
+                                        kind: v.kind,
+                                        started_ms: millis(v.started),
+                                        finished_ms: millis(v.finished),
+                                        result: v.result.clone(),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        received: log
+                            .received
+                            .get(&rank)
+                            .map(|v| {
+                                v.iter()
+                                    .map(|r| ReceivedReport {
+                                        broadcast: r.broadcast,
+                                        outputs: r.outputs.clone(),
+                                        finished_ms: millis(r.finished),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    }
+                })
+                .collect()
+        });
+        Report {
+            ranks: n,
+            until_ms: millis(sim.until()),
+            events: log.events,
+            messages: log.messages,
+            bytes: log.bytes,
+            per_rank,
+            detections,
+            extra,
+        }
+    }
+
+    /// The JSON contract.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// The readable form. Per-rank lines are printed for up to 64 ranks.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let x = &self.extra;
+        let _ = writeln!(
+            s,
+            "ftsim: {} ranks, simulated {:.3} ms: {} events, {} frames, {} bytes",
+            self.ranks, self.until_ms, self.events, self.messages, self.bytes
+        );
+        let list = |v: &[(Rank, f64)]| {
+            v.iter()
+                .map(|(r, t)| format!("{r} @ {t:.3} ms"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(s, "killed:  {}", if x.killed.is_empty() { "none".into() } else { list(&x.killed) });
+        if !x.stopped.is_empty() {
+            let _ = writeln!(s, "stopped (declared dead): {}", list(&x.stopped));
+        }
+        let _ = writeln!(
+            s,
+            "survivors: {} ({} with an L_i that misses a dead rank or holds a live one)",
+            x.survivors, x.survivors_wrong
+        );
+        let _ = writeln!(s, "frames by kind: {:?}", x.by_kind);
+        if x.rejected > 0 {
+            let _ = writeln!(s, "frames refused by the machines: {}", x.rejected);
+        }
+        let _ = writeln!(s, "largest network delay: {:.6} ms", x.max_delay_ms);
+        let _ = writeln!(s, "\ndetections:");
+        let _ = writeln!(s, "  {:>8}  {:>14}  {:>14}  {:>8}", "rank", "suspected ms", "all know ms", "max hops");
+        for d in &self.detections {
+            let opt = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.4}"));
+            let _ = writeln!(
+                s,
+                "  {:>8}  {:>14}  {:>14}  {:>8}",
+                d.rank,
+                opt(d.first_suspected_ms),
+                opt(d.all_survivors_ms),
+                d.max_hops
+            );
+        }
+        if let Some(per_rank) = &self.per_rank {
+            if per_rank.len() <= 64 {
+                let _ = writeln!(s, "\nper rank:");
+                for r in per_rank {
+                    let _ = write!(
+                        s,
+                        "  {:>4} {:<5} L={:?} G={:?}",
+                        r.rank,
+                        if r.alive { "alive" } else { "dead" },
+                        r.local,
+                        r.global
+                    );
+                    for v in &r.validations {
+                        let _ = write!(s, "  {}@{:.3}ms->{:?}", v.kind, v.finished_ms, v.result);
+                    }
+                    for b in &r.received {
+                        let _ = write!(s, "  bcast{}@{:.3}ms:{:?}", b.broadcast, b.finished_ms, b.outputs);
+                    }
+                    let _ = writeln!(s);
+                }
+            } else {
+                let _ = writeln!(s, "\n(per-rank lines omitted for {} ranks; use --json)", per_rank.len());
+            }
+        }
+        s
+    }
+}

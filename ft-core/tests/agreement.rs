@@ -1,0 +1,804 @@
+//! The `validate_global` agreement under a deterministic simulated network.
+//!
+//! A small driver runs `n` [`Agreement`] machines over per-pair FIFO channels with
+//! seeded random delays (so frames of different pairs reorder), a virtual clock, crashes
+//! "just before the k-th send" of a rank or at a time, and a detector that tells every
+//! survivor about each crash after a random delay (eventual strong completeness, no
+//! false suspicion unless a scenario asks for it). After each run it checks uniform
+//! agreement, knowledge, validity, termination within the documented bound, and epochs.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Instant as WallClock;
+
+use ft_core::agreement::{Agreement, Config, Event};
+use ft_core::wire::frame_capacity;
+use ft_core::{FrameError, Instant, Protocol, Rank, RankSet};
+
+/// splitmix64: a tiny seeded generator.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// How a victim dies.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// Just before its `k`-th frame (1-based, counted over the whole run).
+    BeforeSend(u32),
+    /// At virtual time `t` (0 = before it starts anything).
+    At(u64),
+}
+
+/// A scenario: everything a run depends on.
+#[derive(Clone, Debug)]
+struct Scenario {
+    n: u32,
+    seed: u64,
+    epochs: u32,
+    kills: Vec<(Rank, Kill)>,
+    /// Message delays are uniform in `1..=max_delay`.
+    max_delay: u64,
+    /// Detector reports reach each survivor uniformly in `min..=max` after a crash.
+    notify_delay: (u64, u64),
+    /// Each rank calls `start` uniformly in `0..=start_jitter` after it may.
+    start_jitter: u64,
+    /// Frames still in flight from a crashed rank are lost (all of them).
+    lose_in_flight: bool,
+    /// `(suspect, by, at)`: `by` is told at time `at` that live `suspect` died.
+    false_suspicions: Vec<(Rank, Rank, u64)>,
+}
+
+impl Scenario {
+    fn quiet(n: u32, seed: u64) -> Self {
+        Scenario {
+            n,
+            seed,
+            epochs: 2,
+            kills: Vec::new(),
+            max_delay: 10,
+            notify_delay: (1, 60),
+            start_jitter: 20,
+            lose_in_flight: false,
+            false_suspicions: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Deliver {
+        from: Rank,
+        to: Rank,
+        bytes: Vec<u8>,
+    },
+    Notify {
+        to: Rank,
+        dead: Rank,
+    },
+    Start {
+        rank: Rank,
+    },
+    Kill {
+        rank: Rank,
+    },
+}
+
+/// What a run produced.
+#[derive(Debug, Default)]
+struct Outcome {
+    messages: u64,
+    /// Messages sent per epoch, by the epoch of the frame (failure-free accounting).
+    end_time: u64,
+    /// Largest `(decision time - t*) / (h · max_delay)` seen, for reporting.
+    worst_ratio: f64,
+    stale: u64,
+    survivors: usize,
+    decisions_per_epoch: Vec<usize>,
+    /// `(rank, epoch, time)` of every decision, dead ranks included.
+    decision_times: Vec<(Rank, u32, u64)>,
+    /// `(rank, time)` of every crash.
+    deaths: Vec<(Rank, u64)>,
+}
+
+struct Sim {
+    sc: Scenario,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    actions: Vec<Option<Action>>,
+    nodes: Vec<Agreement>,
+    alive: Vec<bool>,
+    death_time: Vec<Option<u64>>,
+    sends: Vec<u32>,
+    kill_before: Vec<Option<u32>>,
+    last_delivery: Vec<u64>,
+    informed: Vec<RankSet>,
+    killed: RankSet,
+    suspected: RankSet,
+    contributions: Vec<BTreeMap<u32, RankSet>>,
+    start_times: Vec<BTreeMap<u32, u64>>,
+    decisions: Vec<BTreeMap<u32, (RankSet, u64)>>,
+    notify_times: Vec<Vec<u64>>,
+    buf: Vec<u8>,
+    out: Outcome,
+}
+
+impl Sim {
+    fn new(sc: Scenario) -> Self {
+        let n = sc.n;
+        let mut sim = Sim {
+            rng: Rng(sc.seed),
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            actions: Vec::new(),
+            nodes: (0..n)
+                .map(|r| Agreement::new(Config::new(n, r, 9)))
+                .collect(),
+            alive: vec![true; n as usize],
+            death_time: vec![None; n as usize],
+            sends: vec![0; n as usize],
+            kill_before: vec![None; n as usize],
+            last_delivery: vec![0; (n as usize) * (n as usize)],
+            informed: (0..n).map(|_| RankSet::new(n)).collect(),
+            killed: RankSet::new(n),
+            suspected: RankSet::new(n),
+            contributions: vec![BTreeMap::new(); n as usize],
+            start_times: vec![BTreeMap::new(); n as usize],
+            decisions: vec![BTreeMap::new(); n as usize],
+            notify_times: vec![Vec::new(); n as usize],
+            buf: vec![0; frame_capacity(n)],
+            out: Outcome::default(),
+            sc,
+        };
+        for (rank, kill) in sim.sc.kills.clone() {
+            match kill {
+                Kill::BeforeSend(k) => sim.kill_before[rank as usize] = Some(k),
+                Kill::At(t) => sim.schedule(t, Action::Kill { rank }),
+            }
+        }
+        for (suspect, by, at) in sim.sc.false_suspicions.clone() {
+            sim.schedule(
+                at,
+                Action::Notify {
+                    to: by,
+                    dead: suspect,
+                },
+            );
+        }
+        for r in 0..n {
+            let t = 1 + sim.rng.range(0, sim.sc.start_jitter);
+            sim.schedule(t, Action::Start { rank: r });
+        }
+        sim
+    }
+
+    fn schedule(&mut self, at: u64, action: Action) {
+        self.actions.push(Some(action));
+        self.queue
+            .push(Reverse((at, self.seq, self.actions.len() - 1)));
+        self.seq += 1;
+    }
+
+    fn fail(&self, msg: String) -> ! {
+        panic!("{msg}\nscenario: {:?}", self.sc);
+    }
+
+    fn kill(&mut self, rank: Rank) {
+        if !self.alive[rank as usize] {
+            return;
+        }
+        self.alive[rank as usize] = false;
+        self.death_time[rank as usize] = Some(self.now);
+        self.killed.insert(rank);
+        for to in 0..self.sc.n {
+            if to != rank {
+                let d = self
+                    .rng
+                    .range(self.sc.notify_delay.0, self.sc.notify_delay.1);
+                self.schedule(self.now + d, Action::Notify { to, dead: rank });
+            }
+        }
+    }
+
+    /// Drains `rank`'s transmits and events after an input.
+    fn pump(&mut self, rank: Rank) {
+        let r = rank as usize;
+        loop {
+            if !self.alive[r] {
+                return;
+            }
+            let Some(tx) =
+                self.nodes[r].poll_transmit(Instant::from_nanos(self.now), &mut self.buf)
+            else {
+                break;
+            };
+            self.sends[r] += 1;
+            if self.kill_before[r] == Some(self.sends[r]) {
+                self.kill(rank);
+                return;
+            }
+            self.out.messages += 1;
+            let bytes = self.buf[..tx.len].to_vec();
+            let pair = r * self.sc.n as usize + tx.to as usize;
+            let t = (self.now + self.rng.range(1, self.sc.max_delay)).max(self.last_delivery[pair]);
+            self.last_delivery[pair] = t;
+            self.schedule(
+                t,
+                Action::Deliver {
+                    from: rank,
+                    to: tx.to,
+                    bytes,
+                },
+            );
+        }
+        while let Some(ev) = self.nodes[r].poll_event() {
+            match ev {
+                Event::Decided { epoch, agreed } => self.on_decided(rank, epoch, agreed),
+                Event::SelfExcluded { epoch, agreed } => {
+                    if self.sc.false_suspicions.is_empty() {
+                        self.fail(format!("rank {rank} excluded at epoch {epoch}: {agreed:?}"));
+                    }
+                    self.decisions[r].insert(epoch, (agreed, self.now));
+                    self.kill(rank);
+                }
+                other => self.fail(format!("unexpected event {other:?}")),
+            }
+        }
+    }
+
+    fn on_decided(&mut self, rank: Rank, epoch: u32, agreed: RankSet) {
+        let r = rank as usize;
+        let expected_epoch = self.decisions[r].len() as u32 + 1;
+        if epoch != expected_epoch {
+            self.fail(format!(
+                "rank {rank} decided epoch {epoch}, expected {expected_epoch}"
+            ));
+        }
+        // Knowledge: every rank not crashed holds this value (checked only without false
+        // suspicion, where it is promised).
+        if self.sc.false_suspicions.is_empty() {
+            for j in 0..self.sc.n {
+                if self.alive[j as usize] && self.nodes[j as usize].holds(epoch) != Some(&agreed) {
+                    self.fail(format!(
+                        "knowledge: rank {rank} returned {agreed:?} for epoch {epoch} at t={} but live rank {j} holds {:?}",
+                        self.now,
+                        self.nodes[j as usize].holds(epoch)
+                    ));
+                }
+            }
+        }
+        self.decisions[r].insert(epoch, (agreed, self.now));
+        if epoch < self.sc.epochs {
+            let t = self.now + self.rng.range(0, self.sc.start_jitter);
+            self.schedule(t, Action::Start { rank });
+        }
+    }
+
+    fn step(&mut self, action: Action) {
+        match action {
+            Action::Kill { rank } => self.kill(rank),
+            Action::Start { rank } => {
+                let r = rank as usize;
+                if !self.alive[r] {
+                    return;
+                }
+                let contribution = self.informed[r].clone();
+                let epoch = self.nodes[r]
+                    .start(Instant::from_nanos(self.now), &contribution)
+                    .unwrap_or_else(|e| self.fail(format!("start at rank {rank}: {e}")));
+                self.contributions[r].insert(epoch, contribution);
+                self.start_times[r].insert(epoch, self.now);
+                self.pump(rank);
+            }
+            Action::Notify { to, dead } => {
+                let t = to as usize;
+                if !self.alive[t] {
+                    return;
+                }
+                if !self.killed.contains(dead) {
+                    self.suspected.insert(dead);
+                }
+                self.informed[t].insert(dead);
+                self.notify_times[t].push(self.now);
+                self.nodes[t]
+                    .on_failure(Instant::from_nanos(self.now), dead)
+                    .unwrap_or_else(|e| self.fail(format!("on_failure: {e}")));
+                self.pump(to);
+            }
+            Action::Deliver { from, to, bytes } => {
+                if !self.alive[to as usize] {
+                    return;
+                }
+                if !self.alive[from as usize] && self.sc.lose_in_flight {
+                    return;
+                }
+                let res = self.nodes[to as usize].handle_message(
+                    Instant::from_nanos(self.now),
+                    from,
+                    &bytes,
+                );
+                match res {
+                    Ok(()) | Err(FrameError::FromFailedRank(_)) => {}
+                    Err(FrameError::StaleEpoch { .. }) => self.out.stale += 1,
+                    Err(e) if !self.sc.false_suspicions.is_empty() => {
+                        let _ = e;
+                    }
+                    Err(e) => self.fail(format!("rank {to} rejected a frame from {from}: {e}")),
+                }
+                self.pump(to);
+            }
+        }
+    }
+
+    fn run(mut self) -> Outcome {
+        let mut steps: u64 = 0;
+        while let Some(Reverse((t, _, idx))) = self.queue.pop() {
+            self.now = t;
+            let action = self.actions[idx].take().expect("each action runs once");
+            self.step(action);
+            steps += 1;
+            if steps > 50_000_000 {
+                self.fail("the run did not settle".into());
+            }
+        }
+        self.out.end_time = self.now;
+        self.check();
+        self.out
+    }
+
+    /// Checks every property on the finished run.
+    fn check(&mut self) {
+        let n = self.sc.n;
+        let survivors: Vec<Rank> = (0..n).filter(|&r| self.alive[r as usize]).collect();
+        self.out.survivors = survivors.len();
+        for r in 0..n {
+            if let Some(t) = self.death_time[r as usize] {
+                self.out.deaths.push((r, t));
+            }
+            for (&e, (_, t)) in &self.decisions[r as usize] {
+                self.out.decision_times.push((r, e, *t));
+            }
+        }
+        let declared = {
+            let mut d = self.killed.clone();
+            d.union_with(&self.suspected);
+            d
+        };
+        let h = ceil_log2(n).max(1) as f64;
+        let mut prev_g: Option<RankSet> = None;
+        for epoch in 1..=self.sc.epochs {
+            // Uniform agreement, over every rank that returned (dead ones included).
+            let returned: Vec<(Rank, &(RankSet, u64))> = (0..n)
+                .filter_map(|r| self.decisions[r as usize].get(&epoch).map(|d| (r, d)))
+                .collect();
+            self.out.decisions_per_epoch.push(returned.len());
+            let Some((_, (g, _))) = returned.first() else {
+                if !survivors.is_empty() && self.sc.false_suspicions.is_empty() {
+                    self.fail(format!("epoch {epoch}: no rank returned"));
+                }
+                continue;
+            };
+            let g = g.clone();
+            if self.sc.false_suspicions.is_empty() {
+                for (r, (other, _)) in &returned {
+                    if *other != g {
+                        self.fail(format!(
+                            "agreement: epoch {epoch}: rank {r} returned {other:?}, another {g:?}"
+                        ));
+                    }
+                }
+            }
+            // Validity.
+            if !g.is_subset(&declared) {
+                self.fail(format!("validity: G {g:?} ⊄ declared dead {declared:?}"));
+            }
+            for &s in &survivors {
+                if let Some(c) = self.contributions[s as usize].get(&epoch) {
+                    if !c.is_subset(&g) && self.sc.false_suspicions.is_empty() {
+                        self.fail(format!(
+                            "validity: epoch {epoch}: survivor {s}'s contribution {c:?} ⊄ G {g:?}"
+                        ));
+                    }
+                }
+            }
+            // Epochs: agreed sets only grow.
+            if let Some(p) = &prev_g {
+                if !p.is_subset(&g) {
+                    self.fail(format!("epochs: G shrank from {p:?} to {g:?}"));
+                }
+            }
+            prev_g = Some(g.clone());
+            if !self.sc.false_suspicions.is_empty() {
+                continue;
+            }
+            // Termination of every survivor, within the bound after t*.
+            let mut t_star = 0;
+            let mut last_decision = 0;
+            for &s in &survivors {
+                let Some((_, at)) = self.decisions[s as usize].get(&epoch) else {
+                    self.fail(format!(
+                        "termination: survivor {s} never returned epoch {epoch}"
+                    ));
+                };
+                last_decision = last_decision.max(*at);
+            }
+            // t*: every rank that started this epoch (even one that died later) had
+            // started, and every crash known by then had been reported to every survivor.
+            for r in 0..n {
+                if let Some(&at) = self.start_times[r as usize].get(&epoch) {
+                    t_star = t_star.max(at);
+                }
+            }
+            for &s in &survivors {
+                for &t in &self.notify_times[s as usize] {
+                    if t <= last_decision {
+                        t_star = t_star.max(t);
+                    }
+                }
+            }
+            let f = self.killed.len() as f64;
+            let bound = (5.0 * (f + 1.0) + 1.0) * h * self.sc.max_delay as f64;
+            let took = last_decision.saturating_sub(t_star) as f64;
+            if took > bound {
+                self.fail(format!(
+                    "termination bound: epoch {epoch} took {took} after t*={t_star}, bound {bound}"
+                ));
+            }
+            let ratio = took / (h * self.sc.max_delay as f64);
+            if ratio > self.out.worst_ratio {
+                self.out.worst_ratio = ratio;
+            }
+        }
+    }
+}
+
+fn ceil_log2(n: u32) -> u32 {
+    32 - (n.max(1) - 1).leading_zeros()
+}
+
+/// Depth of the binomial tree over `m` ranks: the largest popcount below `m`.
+fn depth(m: u32) -> u32 {
+    (0..m).map(u32::count_ones).max().unwrap_or(0)
+}
+
+#[test]
+fn failure_free_cost_is_four_traversals() {
+    for n in (1..=70).chain([127, 128, 129, 255, 256, 1000, 1024]) {
+        let mut sc = Scenario::quiet(n, 1);
+        sc.epochs = 1;
+        sc.max_delay = 1;
+        sc.start_jitter = 0;
+        let out = Sim::new(sc.clone()).run();
+        assert_eq!(out.messages, 4 * u64::from(n - 1), "messages at n={n}");
+        // Everyone starts at t=1 and every hop takes exactly 1.
+        assert_eq!(out.end_time - 1, 4 * u64::from(depth(n)), "delays at n={n}");
+        assert!(depth(n) <= ceil_log2(n));
+        if n.is_power_of_two() {
+            assert_eq!(depth(n), ceil_log2(n));
+        }
+        // Two epochs cost twice as much.
+        sc.epochs = 2;
+        let out = Sim::new(sc).run();
+        assert_eq!(out.messages, 8 * u64::from(n - 1), "two epochs at n={n}");
+    }
+}
+
+/// Number of frames each rank sends in a failure-free run of `sc`.
+fn sends_without_failures(sc: &Scenario) -> Vec<u32> {
+    let mut quiet = sc.clone();
+    quiet.kills.clear();
+    let mut sim = Sim::new(quiet);
+    let mut steps = 0;
+    while let Some(Reverse((t, _, idx))) = sim.queue.pop() {
+        sim.now = t;
+        let a = sim.actions[idx].take().unwrap();
+        sim.step(a);
+        steps += 1;
+        assert!(steps < 1_000_000);
+    }
+    sim.sends
+}
+
+/// Runs `sc`; returns whether every scheduled `BeforeSend` kill happened.
+fn run_counting(sc: Scenario) -> (Outcome, Vec<bool>) {
+    let kills = sc.kills.clone();
+    let mut sim = Sim::new(sc);
+    let mut steps = 0u64;
+    while let Some(Reverse((t, _, idx))) = sim.queue.pop() {
+        sim.now = t;
+        let a = sim.actions[idx].take().unwrap();
+        sim.step(a);
+        steps += 1;
+        assert!(steps < 10_000_000, "run did not settle: {:?}", sim.sc);
+    }
+    sim.out.end_time = sim.now;
+    sim.check();
+    let happened = kills.iter().map(|(r, _)| !sim.alive[*r as usize]).collect();
+    (sim.out, happened)
+}
+
+/// Timing seeds per kill configuration (each gives other delays, hence other orders).
+const EXHAUSTIVE_SEEDS: u64 = if cfg!(debug_assertions) { 3 } else { 8 };
+
+#[test]
+fn exhaustive_one_failure_at_every_send_step() {
+    let started = WallClock::now();
+    let mut cases = 0u64;
+    for n in 2..=5u32 {
+        for seed in 0..EXHAUSTIVE_SEEDS {
+            for victim in 0..n {
+                let mut k = 1;
+                loop {
+                    let mut sc = Scenario::quiet(n, seed * 1000 + u64::from(n));
+                    sc.lose_in_flight = seed % 2 == 1;
+                    sc.kills = vec![(victim, Kill::BeforeSend(k))];
+                    let (_, happened) = run_counting(sc);
+                    cases += 1;
+                    if !happened[0] {
+                        break; // the victim finished both epochs with fewer sends
+                    }
+                    k += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "exhaustive single failures: {cases} runs in {:.2?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn exhaustive_two_failures_at_every_pair_of_send_steps() {
+    let started = WallClock::now();
+    let mut cases = 0u64;
+    for n in 3..=5u32 {
+        for seed in 0..EXHAUSTIVE_SEEDS {
+            let base = Scenario::quiet(n, seed * 7919 + u64::from(n));
+            let quiet_sends = sends_without_failures(&base);
+            for a in 0..n {
+                for b in 0..n {
+                    if a == b {
+                        continue;
+                    }
+                    // Every send step of a, and every send step of b in that run.
+                    for ka in 1..=quiet_sends[a as usize] + 1 {
+                        let mut kb = 1;
+                        loop {
+                            let mut sc = base.clone();
+                            sc.lose_in_flight = (ka + kb) % 2 == 1;
+                            sc.kills = vec![(a, Kill::BeforeSend(ka)), (b, Kill::BeforeSend(kb))];
+                            let (_, happened) = run_counting(sc);
+                            cases += 1;
+                            if !happened[1] {
+                                break;
+                            }
+                            kb += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "exhaustive double failures: {cases} runs in {:.2?}",
+        started.elapsed()
+    );
+}
+
+/// A random scenario: `n` in 2..=256 (log-uniform), up to n/2 crashes at send steps or
+/// times, random delays, 2 or 3 epochs.
+fn random_scenario(seed: u64) -> Scenario {
+    let mut rng = Rng(seed ^ 0xa5a5_5a5a_dead_beef);
+    let bits = rng.range(1, 8);
+    let n = (rng.range(1u64 << (bits - 1), (1u64 << bits) - 1) as u32).clamp(2, 256);
+    let mut sc = Scenario::quiet(n, seed);
+    sc.epochs = rng.range(2, 3) as u32;
+    sc.max_delay = rng.range(1, 50);
+    let lo = rng.range(1, 200);
+    sc.notify_delay = (lo, lo + rng.range(0, 400));
+    sc.start_jitter = rng.range(0, 100);
+    sc.lose_in_flight = rng.chance(50);
+    let f = rng.range(0, u64::from(n / 2)) as usize;
+    let mut victims: Vec<Rank> = (0..n).collect();
+    for i in 0..f {
+        let j = rng.range(i as u64, u64::from(n) - 1) as usize;
+        victims.swap(i, j);
+        let kill = if rng.chance(50) {
+            Kill::BeforeSend(rng.range(1, 12) as u32)
+        } else if rng.chance(20) {
+            Kill::At(0)
+        } else {
+            Kill::At(rng.range(1, 40 * sc.max_delay * u64::from(ceil_log2(n))))
+        };
+        sc.kills.push((victims[i], kill));
+    }
+    sc
+}
+
+/// Runs `count` random schedules from `first_seed` on every core; panics on the first
+/// violation with the scenario that shows it.
+fn randomized(count: u64, first_seed: u64) {
+    let started = WallClock::now();
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get() as u64);
+    let results: Vec<(f64, u64)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut worst: f64 = 0.0;
+                    let mut stale = 0;
+                    let mut seed = first_seed + t;
+                    while seed < first_seed + count {
+                        let out = Sim::new(random_scenario(seed)).run();
+                        worst = worst.max(out.worst_ratio);
+                        stale += out.stale;
+                        seed += threads;
+                    }
+                    (worst, stale)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let worst = results.iter().map(|r| r.0).fold(0.0, f64::max);
+    let stale: u64 = results.iter().map(|r| r.1).sum();
+    eprintln!(
+        "randomized: {count} schedules in {:.2?}; worst (decision - t*) = {worst:.2} · ⌈log2 n⌉ · max_delay; {stale} stale frames",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn randomized_schedules() {
+    randomized(if cfg!(debug_assertions) { 100 } else { 2_000 }, 0);
+}
+
+/// The big run: `AGREEMENT_SCHEDULES=100000 cargo test --release --test agreement -- --ignored`.
+#[test]
+#[ignore]
+fn randomized_schedules_many() {
+    let count = std::env::var("AGREEMENT_SCHEDULES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    randomized(count, 1_000_000);
+}
+
+#[test]
+fn coordinator_dies_after_some_ranks_returned() {
+    // Rank 0 coordinates; it dies just before its last decision frames go out, so some
+    // ranks returned and others must learn the decision from the new coordinator.
+    let n = 8;
+    let quiet = sends_without_failures(&{
+        let mut sc = Scenario::quiet(n, 5);
+        sc.epochs = 1;
+        sc
+    });
+    let mut covered = 0;
+    for k in 1..=quiet[0] {
+        let mut sc = Scenario::quiet(n, 5);
+        sc.epochs = 1;
+        sc.kills = vec![(0, Kill::BeforeSend(k))];
+        let out = Sim::new(sc).run();
+        assert_eq!(out.survivors, 7);
+        let died = out.deaths[0].1;
+        let returned_before = out
+            .decision_times
+            .iter()
+            .filter(|(r, _, t)| *r != 0 && *t <= died)
+            .count();
+        if returned_before > 0 && returned_before < 7 {
+            covered += 1;
+        }
+    }
+    assert!(covered > 0, "no kill point fell between two returns");
+}
+
+#[test]
+fn larger_group_with_failures_during_the_agreement() {
+    let n = 2048;
+    let mut sc = Scenario::quiet(n, 11);
+    sc.kills = vec![
+        (0, Kill::BeforeSend(3)),
+        (1, Kill::At(15)),
+        (1024, Kill::BeforeSend(5)),
+        (777, Kill::At(0)),
+        (1500, Kill::At(40)),
+    ];
+    let out = Sim::new(sc).run();
+    assert_eq!(out.survivors, 2043);
+    assert_eq!(out.decisions_per_epoch, [2043, 2043]);
+}
+
+#[test]
+fn frames_of_other_epochs_are_refused_or_buffered() {
+    let n = 4;
+    let mut a = Agreement::new(Config::new(n, 1, 9));
+    let mut b = Agreement::new(Config::new(n, 0, 9));
+    let mut buf = vec![0; frame_capacity(n)];
+    // Rank 1 starts epoch 1: its promise goes to rank 0 (the root), which has not started.
+    a.start(Instant::ZERO, &RankSet::new(n)).unwrap();
+    let tx = a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    assert_eq!(tx.to, 0);
+    let frame = buf[..tx.len].to_vec();
+    assert_eq!(
+        b.handle_message(Instant::ZERO, 1, &frame),
+        Ok(()),
+        "buffered"
+    );
+    // A frame two epochs ahead is refused.
+    let mut future = frame.clone();
+    future[6] = 3;
+    assert_eq!(
+        b.handle_message(Instant::ZERO, 1, &future),
+        Err(FrameError::FutureEpoch { current: 0, got: 3 })
+    );
+    let mut stale = frame.clone();
+    stale[6] = 0;
+    assert_eq!(
+        b.handle_message(Instant::ZERO, 1, &stale),
+        Err(FrameError::StaleEpoch { current: 0, got: 0 })
+    );
+    // A dead sender's frames are dropped.
+    b.on_failure(Instant::ZERO, 1).unwrap();
+    assert_eq!(
+        b.handle_message(Instant::ZERO, 1, &frame),
+        Err(FrameError::FromFailedRank(1))
+    );
+    // Starting twice is a typed error.
+    assert!(a.start(Instant::ZERO, &RankSet::new(n)).is_err());
+}
+
+#[test]
+fn false_suspicion_keeps_validity_and_never_panics() {
+    for seed in 0..300u64 {
+        let mut sc = random_scenario(seed + 77_000);
+        let mut rng = Rng(seed);
+        let n = sc.n;
+        for _ in 0..rng.range(1, 3) {
+            let suspect = rng.range(0, u64::from(n) - 1) as Rank;
+            let by = rng.range(0, u64::from(n) - 1) as Rank;
+            if suspect != by {
+                sc.false_suspicions.push((suspect, by, rng.range(0, 300)));
+            }
+        }
+        if sc.false_suspicions.is_empty() {
+            continue;
+        }
+        let _ = Sim::new(sc).run();
+    }
+}
+
+#[test]
+#[ignore]
+fn profile_slowest() {
+    let mut v = Vec::new();
+    for seed in 0..400u64 {
+        let sc = random_scenario(seed);
+        let t = WallClock::now();
+        let out = Sim::new(sc.clone()).run();
+        v.push((t.elapsed(), sc.n, sc.kills.len(), out.messages));
+    }
+    v.sort();
+    for x in v.iter().rev().take(10) {
+        eprintln!("{x:?}");
+    }
+}

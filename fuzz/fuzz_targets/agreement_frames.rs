@@ -1,0 +1,137 @@
+//! Arbitrary frame sequences (plus starts and failure reports) into one agreement
+//! machine. Nothing may panic, and what the machine reports stays consistent: at most one
+//! decision per epoch, epochs in order, the reported set is the one it keeps, nothing
+//! after a self-exclusion, and every frame it emits is a well-formed agreement frame for
+//! another rank of the communicator.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use ft_core::agreement::{Agreement, Config, Event};
+use ft_core::wire::{frame_capacity, Context, FrameKind, Header};
+use ft_core::{Instant, Protocol, RankSet};
+use libfuzzer_sys::fuzz_target;
+
+/// A payload built field by field, so the fuzzer reaches past the decoder.
+#[derive(Arbitrary, Debug)]
+enum Field {
+    Varint(u16),
+    Rank(u8),
+    Flags(u8),
+    Set(u16),
+    Raw(Vec<u8>),
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Frame {
+        from: u8,
+        /// Agreement kinds are 16..=20; other codes exercise the kind checks.
+        kind: u8,
+        epoch: u8,
+        fields: Vec<Field>,
+    },
+    RawBytes {
+        from: u8,
+        bytes: Vec<u8>,
+    },
+    Start {
+        contribution: u16,
+    },
+    Failure {
+        rank: u8,
+    },
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    n: u8,
+    me: u8,
+    ops: Vec<Op>,
+}
+
+fn set_of(n: u32, bits: u16) -> RankSet {
+    RankSet::from_ranks(n, (0..n.min(16)).filter(|r| bits >> r & 1 == 1))
+}
+
+fuzz_target!(|input: Input| {
+    let n = u32::from(input.n % 16) + 1;
+    let me = u32::from(input.me) % n;
+    let comm = 5;
+    let mut machine = Agreement::new(Config::new(n, me, comm));
+    let mut buf = vec![0u8; frame_capacity(n)];
+    let mut decided: Vec<RankSet> = Vec::new();
+    let mut excluded = false;
+    for (step, op) in input.ops.into_iter().enumerate() {
+        let now = Instant::from_nanos(step as u64);
+        match op {
+            Op::Frame {
+                from,
+                kind,
+                epoch,
+                fields,
+            } => {
+                let from = u32::from(from) % n;
+                let kind = FrameKind::from_code(16 + kind % 8).unwrap_or(FrameKind::Heartbeat);
+                let mut w = Header {
+                    kind,
+                    comm,
+                    epoch: u32::from(epoch % 4),
+                    sender: from,
+                }
+                .start();
+                for f in fields {
+                    match f {
+                        Field::Varint(v) => w.put_varint(u64::from(v % 8)),
+                        Field::Rank(r) => w.put_rank(u32::from(r) % n),
+                        Field::Flags(b) => w.put_u8(b % 8),
+                        Field::Set(bits) => w.put_rankset(&set_of(n, bits)),
+                        Field::Raw(bytes) => w.put_bytes(&bytes),
+                    };
+                }
+                let _ = machine.handle_message(now, from, &w.finish());
+            }
+            Op::RawBytes { from, bytes } => {
+                let _ = machine.handle_message(now, u32::from(from) % n, &bytes);
+            }
+            Op::Start { contribution } => {
+                let _ = machine.start(now, &set_of(n, contribution));
+            }
+            Op::Failure { rank } => {
+                let _ = machine.on_failure(now, u32::from(rank) % n);
+            }
+        }
+        while let Some(tx) = machine.poll_transmit(now, &mut buf) {
+            assert!(tx.to < n && tx.to != me, "frame to {} from {me}", tx.to);
+            let (header, _) = Header::decode(&buf[..tx.len], Context { comm, n }, me)
+                .expect("own frames decode");
+            assert_eq!(header.kind.family(), "agree");
+        }
+        while let Some(event) = machine.poll_event() {
+            assert!(!excluded, "event after self-exclusion");
+            match event {
+                Event::Decided { epoch, agreed } => {
+                    assert_eq!(epoch as usize, decided.len() + 1, "one decision per epoch");
+                    assert!(!agreed.contains(me));
+                    assert_eq!(machine.decided(epoch), Some(&agreed));
+                    if let Some(prev) = decided.last() {
+                        assert!(prev.is_subset(&agreed), "agreed sets only grow");
+                    }
+                    decided.push(agreed);
+                }
+                Event::SelfExcluded { epoch, agreed } => {
+                    assert_eq!(epoch as usize, decided.len() + 1);
+                    assert!(agreed.contains(me));
+                    excluded = true;
+                }
+                _ => {}
+            }
+        }
+        if let Some(last) = decided.last() {
+            // The kept decision never changes.
+            let epoch = decided.len() as u32;
+            if let Some(kept) = machine.decided(epoch) {
+                assert_eq!(kept, last);
+            }
+        }
+    }
+});
