@@ -27,7 +27,6 @@
 //! delivered and handled by its machine.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use ft_core::view::FailureView;
 use ft_core::wire::{self, FrameKind};
@@ -37,7 +36,7 @@ use crate::queue::EventQueue;
 use crate::scenario::{ActionKind, KillPoint, Scenario};
 
 /// Frames up to this many bytes are stored inline (no allocation).
-pub const INLINE: usize = 46;
+pub const INLINE: usize = 62;
 
 /// What the report records from one protocol event of a rank.
 #[derive(Clone, Debug, PartialEq)]
@@ -213,25 +212,6 @@ impl SplitMix {
     }
 }
 
-/// A multiply-shift hasher for the per-pair FIFO table (keys are packed rank pairs).
-#[derive(Default)]
-struct PairHasher(u64);
-
-impl Hasher for PairHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type PairMap = HashMap<u64, u64, BuildHasherDefault<PairHasher>>;
 
 #[derive(Clone, Debug)]
 struct StepKill {
@@ -352,8 +332,9 @@ pub struct Sim<P: SimRank> {
     queue: EventQueue<Ev>,
     slots: Vec<InFlight>,
     free_slots: Vec<u32>,
-    last_arrival: PairMap,
-    prune_at: usize,
+    /// Per sender: arrival time of its last frame to each destination still in flight
+    /// (so a pair's frames stay in order). Short lists, hot while the sender runs.
+    in_flight_to: Vec<Vec<(Rank, u64)>>,
     net: NetModel,
     extra_send_delay: HashMap<Rank, Duration>,
     rng: SplitMix,
@@ -367,7 +348,10 @@ pub struct Sim<P: SimRank> {
 impl<P: SimRank> Sim<P> {
     /// A simulator for `scenario`, building rank `r`'s machine with `make`. Kills and
     /// actions are queued; nothing runs until a `run*`/`drive*` call.
-    pub fn new(scenario: &Scenario, mut make: impl FnMut(&RankSetup) -> P) -> Result<Self, SimError> {
+    pub fn new(
+        scenario: &Scenario,
+        mut make: impl FnMut(&RankSetup) -> P,
+    ) -> Result<Self, SimError> {
         let n = scenario.ranks;
         let period = Duration::from_nanos((scenario.detector.period_ms * 1e6).round() as u64);
         let timeout = Duration::from_nanos((scenario.detector.timeout_ms * 1e6).round() as u64);
@@ -396,8 +380,7 @@ impl<P: SimRank> Sim<P> {
             queue: EventQueue::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
-            last_arrival: PairMap::default(),
-            prune_at: 1 << 16,
+            in_flight_to: vec![Vec::new(); n as usize],
             net: NetModel::from_scenario(scenario),
             extra_send_delay: HashMap::new(),
             rng,
@@ -721,14 +704,20 @@ impl<P: SimRank> Sim<P> {
             delay = delay + extra;
         }
         let mut arrival = (self.now + delay).as_nanos();
-        let pair = (u64::from(from) << 32) | u64::from(to);
-        let last = self.last_arrival.entry(pair).or_insert(0);
-        arrival = arrival.max(*last);
-        *last = arrival;
-        if self.last_arrival.len() > self.prune_at {
-            let now = self.now.as_nanos();
-            self.last_arrival.retain(|_, t| *t > now);
-            self.prune_at = (self.last_arrival.len() * 2).max(1 << 16);
+        let now = self.now.as_nanos();
+        let recent = &mut self.in_flight_to[from as usize];
+        if recent.len() >= 8 {
+            recent.retain(|&(_, t)| t > now);
+            if recent.capacity() > 16 && recent.len() < 8 {
+                recent.shrink_to(8);
+            }
+        }
+        match recent.iter_mut().find(|(dest, _)| *dest == to) {
+            Some((_, last)) => {
+                arrival = arrival.max(*last);
+                *last = arrival;
+            }
+            None => recent.push((to, arrival)),
         }
         let inflight = InFlight {
             from,

@@ -144,7 +144,8 @@ where
     T::Err: fmt::Display,
 {
     let name = String::deserialize(d)?;
-    name.parse().map_err(|e| de::Error::custom(format!("{e}, not {name:?}")))
+    name.parse()
+        .map_err(|e| de::Error::custom(format!("{e}, not {name:?}")))
 }
 
 fn output_names<'a>(plan: &'a Plan, set: &OutputSet) -> Vec<&'a str> {
@@ -212,7 +213,11 @@ fn render_dot(plan: &Plan) -> String {
     );
     out.push_str("  node [shape=circle, fontname=\"Helvetica\"];\n");
     out.push_str("  edge [fontname=\"Helvetica\", fontsize=10];\n");
-    let _ = writeln!(out, "  {} [shape=doublecircle, label=\"{0}\\nroot\"];", spec.root);
+    let _ = writeln!(
+        out,
+        "  {} [shape=doublecircle, label=\"{0}\\nroot\"];",
+        spec.root
+    );
     for r in plan.unreachable() {
         let _ = writeln!(
             out,

@@ -266,7 +266,15 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let _ = writeln!(s, "killed:  {}", if x.killed.is_empty() { "none".into() } else { list(&x.killed) });
+        let _ = writeln!(
+            s,
+            "killed:  {}",
+            if x.killed.is_empty() {
+                "none".into()
+            } else {
+                list(&x.killed)
+            }
+        );
         if !x.stopped.is_empty() {
             let _ = writeln!(s, "stopped (declared dead): {}", list(&x.stopped));
         }
@@ -281,7 +289,11 @@ impl Report {
         }
         let _ = writeln!(s, "largest network delay: {:.6} ms", x.max_delay_ms);
         let _ = writeln!(s, "\ndetections:");
-        let _ = writeln!(s, "  {:>8}  {:>14}  {:>14}  {:>8}", "rank", "suspected ms", "all know ms", "max hops");
+        let _ = writeln!(
+            s,
+            "  {:>8}  {:>14}  {:>14}  {:>8}",
+            "rank", "suspected ms", "all know ms", "max hops"
+        );
         for d in &self.detections {
             let opt = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.4}"));
             let _ = writeln!(
@@ -309,12 +321,20 @@ impl Report {
                         let _ = write!(s, "  {}@{:.3}ms->{:?}", v.kind, v.finished_ms, v.result);
                     }
                     for b in &r.received {
-                        let _ = write!(s, "  bcast{}@{:.3}ms:{:?}", b.broadcast, b.finished_ms, b.outputs);
+                        let _ = write!(
+                            s,
+                            "  bcast{}@{:.3}ms:{:?}",
+                            b.broadcast, b.finished_ms, b.outputs
+                        );
                     }
                     let _ = writeln!(s);
                 }
             } else {
-                let _ = writeln!(s, "\n(per-rank lines omitted for {} ranks; use --json)", per_rank.len());
+                let _ = writeln!(
+                    s,
+                    "\n(per-rank lines omitted for {} ranks; use --json)",
+                    per_rank.len()
+                );
             }
         }
         s

@@ -153,9 +153,7 @@ impl Kill {
                 let family = FAMILIES
                     .iter()
                     .find(|f| **f == kind.as_str())
-                    .ok_or_else(|| {
-                        format!("\"kind\" must be one of {FAMILIES:?}, not {kind:?}")
-                    })?;
+                    .ok_or_else(|| format!("\"kind\" must be one of {FAMILIES:?}, not {kind:?}"))?;
                 if nth == 0 {
                     return Err("\"nth\" counts from 1".into());
                 }
@@ -219,8 +217,7 @@ impl Action {
             (None, Some(_), None) => Ok(ActionKind::ValidateGlobal),
             (None, None, Some(b)) => Ok(ActionKind::Broadcast(b.clone())),
             _ => Err(
-                "give exactly one of \"validate_local\", \"validate_global\", \"broadcast\""
-                    .into(),
+                "give exactly one of \"validate_local\", \"validate_global\", \"broadcast\"".into(),
             ),
         }
     }
@@ -363,9 +360,9 @@ impl Scenario {
 fn check_rank<E: de::Error>(r: u64) -> Result<Rank, E> {
     let ranks = RANKS.with(|c| c.get());
     match ranks {
-        Some(n) if r >= u64::from(n) => Err(E::custom(format!(
-            "rank {r} out of range (ranks = {n})"
-        ))),
+        Some(n) if r >= u64::from(n) => {
+            Err(E::custom(format!("rank {r} out of range (ranks = {n})")))
+        }
         _ => Rank::try_from(r).map_err(|_| E::custom(format!("rank {r} out of range"))),
     }
 }
@@ -429,7 +426,9 @@ fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(de::Error::custom(format!("{v} must be a finite number > 0")))
+        Err(de::Error::custom(format!(
+            "{v} must be a finite number > 0"
+        )))
     }
 }
 
@@ -453,21 +452,37 @@ mod tests {
   "until_ms": 1000 }"#,
         )
         .unwrap();
-        assert_eq!(s.kill[1].point().unwrap(), KillPoint::BeforeSend { family: "agree", nth: 2 });
+        assert_eq!(
+            s.kill[1].point().unwrap(),
+            KillPoint::BeforeSend {
+                family: "agree",
+                nth: 2
+            }
+        );
         assert_eq!(s.action_kinds().len(), 3);
     }
 
     #[test]
     fn errors_name_the_position() {
-        let e = Scenario::from_json("{\"ranks\": 4,\n \"kill\": [{\"rank\": 9, \"at_ms\": 1}], \"until_ms\": 5}")
+        let e = Scenario::from_json(
+            "{\"ranks\": 4,\n \"kill\": [{\"rank\": 9, \"at_ms\": 1}], \"until_ms\": 5}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("rank 9 out of range (ranks = 4)") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = Scenario::from_json("{\"ranks\": 4, \"until_ms\": -5}")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("rank 9 out of range (ranks = 4)") && e.contains("line 2"), "{e}");
-        let e = Scenario::from_json("{\"ranks\": 4, \"until_ms\": -5}").unwrap_err().to_string();
         assert!(e.contains("negative time") && e.contains("column"), "{e}");
         let e = Scenario::from_json("{\"ranks\": 4, \"until_ms\": 5, \"colour\": 1}")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown field `colour`") && e.contains("line 1"), "{e}");
+        assert!(
+            e.contains("unknown field `colour`") && e.contains("line 1"),
+            "{e}"
+        );
     }
 }

@@ -6,6 +6,8 @@
 //!   `timeout + period + (⌈log2 n⌉ + 1) · max delay` (plus `2 · timeout` per further
 //!   ring-adjacent rank dying in the same run, which the ring must detect one by one),
 //!   every survivor's `validate_local` holds exactly the killed ranks.
+//! - The same with ranks killed while a notice is spreading (a probe run finds when the
+//!   first failure is declared; the replay kills more ranks within the next few delays).
 //! - Accuracy: with every delay below `timeout - period`, no live rank is ever suspected.
 
 use backend_sim::engine::{Departure, Sim, SplitMix};
@@ -103,14 +105,16 @@ fn strong_completeness_over_many_schedules() {
             + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
             + sim.net().max_delay(256).saturating_mul(ceil_log2(n) + 1);
         sim.run_until(bound).expect("bounded run");
-        sim.act(&ActionKind::ValidateLocal, 0).expect("validate_local");
+        sim.act(&ActionKind::ValidateLocal, 0)
+            .expect("validate_local");
 
         let mut expected = killed.clone();
         expected.sort_unstable();
         for r in sim.survivors() {
             let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
             assert_eq!(
-                local, expected,
+                local,
+                expected,
                 "seed {seed}: n {n}, kills {:?}, rank {r} at {}",
                 schedule.kills,
                 sim.now()
@@ -159,12 +163,75 @@ fn accuracy_when_delays_stay_below_timeout_minus_period() {
             );
         }
         // And the dead were all found.
-        sim.act(&ActionKind::ValidateLocal, 0).expect("validate_local");
+        sim.act(&ActionKind::ValidateLocal, 0)
+            .expect("validate_local");
         let mut expected = killed.clone();
         expected.sort_unstable();
         for r in sim.survivors() {
             let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
             assert_eq!(local, expected, "seed {seed}: rank {r}");
+        }
+    }
+}
+
+#[test]
+fn completeness_when_ranks_die_while_a_notice_spreads() {
+    for seed in 0..150u64 {
+        let mut rng = SplitMix::new(seed ^ 0x5eed);
+        let n = 16 + rng.below(300) as u32;
+        let latency_us = 1.0 + rng.below(20) as f64;
+        let first = vec![(
+            rng.below(u64::from(n)) as Rank,
+            rng.below(50_000) as f64 / 1000.0,
+        )];
+        let mut schedule = Schedule {
+            n,
+            kills: first.clone(),
+            latency_us,
+            jitter_us: latency_us / 2.0,
+        };
+        // Probe: when is the first failure declared?
+        let mut probe = build(&schedule, seed);
+        let (victim, _) = first[0];
+        probe
+            .drive_until(Instant::from_nanos(200 * 1_000_000), |s| {
+                s.log()
+                    .detections
+                    .get(&victim)
+                    .is_some_and(|d| d.first_suspected.is_some())
+            })
+            .expect("the first failure is declared");
+        let declared_ms = probe.now().as_nanos() as f64 / 1e6;
+        // Replay, killing 1 to 3 more ranks while the notice is on its way.
+        let window_ns = (latency_us * 1.5 * 1e3) as u64 * ceil_log2(n);
+        let extra = 1 + rng.below(3) as usize;
+        while schedule.kills.len() < 1 + extra {
+            let rank = rng.below(u64::from(n)) as Rank;
+            if schedule.kills.iter().all(|(r, _)| *r != rank) {
+                let at = declared_ms + rng.below(window_ns) as f64 / 1e6;
+                schedule.kills.push((rank, at));
+            }
+        }
+        let mut sim = build(&schedule, seed);
+        let killed: Vec<Rank> = schedule.kills.iter().map(|(r, _)| *r).collect();
+        let last_kill = schedule.kills.iter().map(|(_, t)| *t).fold(0.0, f64::max);
+        let run = u64::from(longest_adjacent_run(n, &killed).max(1));
+        let bound = Instant::from_nanos((last_kill * 1e6) as u64)
+            + Duration::from_millis((TIMEOUT_MS + PERIOD_MS) as u64)
+            + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
+            + sim.net().max_delay(256).saturating_mul(ceil_log2(n) + 1);
+        sim.run_until(bound).expect("bounded run");
+        sim.act(&ActionKind::ValidateLocal, 0)
+            .expect("validate_local");
+        let mut expected = killed.clone();
+        expected.sort_unstable();
+        for r in sim.survivors() {
+            let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
+            assert_eq!(
+                local, expected,
+                "seed {seed}: n {n}, kills {:?}, rank {r}",
+                schedule.kills
+            );
         }
     }
 }

@@ -7,8 +7,6 @@ use backend_sim::scenario::{ActionKind, Scenario};
 use ft_core::node::Node;
 use ft_core::{Duration, Instant, Rank};
 
-const MS: u64 = 1_000_000;
-
 fn at_ms(ms: f64) -> Instant {
     Instant::from_nanos((ms * 1e6) as u64)
 }
@@ -41,7 +39,8 @@ fn everyone_knows(sim: &Sim<Node>, dead: &[Rank]) -> bool {
 
 /// Runs `validate_local` everywhere and returns every survivor's `L_i`.
 fn validated(sim: &mut Sim<Node>) -> Vec<(Rank, Vec<Rank>)> {
-    sim.act(&ActionKind::ValidateLocal, 0).expect("validate_local");
+    sim.act(&ActionKind::ValidateLocal, 0)
+        .expect("validate_local");
     sim.survivors()
         .map(|r| (r, sim.machine(r).view().local().iter().collect()))
         .collect()
@@ -56,7 +55,11 @@ fn a_single_failure_is_seen_by_its_observer_and_then_by_everyone() {
     assert!(done <= at_ms(12.0) + Duration::from_millis(50) + Duration::from_micros(20));
 
     let detection = &sim.log().detections[&5];
-    assert_eq!(detection.learned[6], detection.first_suspected.unwrap(), "6 observed 5");
+    assert_eq!(
+        detection.learned[6],
+        detection.first_suspected.unwrap(),
+        "6 observed 5"
+    );
     assert!(detection.max_hops <= 5, "hops {}", detection.max_hops);
     assert_eq!(sim.machine(6).detector().watched(), Some(4));
     assert_eq!(sim.machine(4).detector().observer(), Some(6));
@@ -96,12 +99,19 @@ fn a_failure_during_propagation_still_reaches_every_survivor() {
     let frames_before_notices = loop {
         let before = probe.frames_sent_by(6);
         probe.step().expect("events left");
-        if probe.log().detections.get(&5).is_some_and(|d| d.first_suspected.is_some()) {
+        if probe
+            .log()
+            .detections
+            .get(&5)
+            .is_some_and(|d| d.first_suspected.is_some())
+        {
             break before;
         }
     };
-    // Replay, with 6 dying just before its 3rd notice: only two neighbours heard of 5.
-    let nth = frames_before_notices + 3;
+    // Replay, with 6 dying in the middle of it: its batch is the notice to the suspect,
+    // the notice to its ring predecessor 4, the `Observe` to 4, then the tree notices;
+    // it dies before its 6th frame, so only two tree children heard of 5 from it.
+    let nth = frames_before_notices + 6;
     let mut sim = group(
         64,
         &format!(
@@ -132,7 +142,10 @@ fn the_detecting_rank_and_a_relay_dying_with_the_notice_in_flight_lose_nothing()
     let mut probe = group(32, r#"{"rank": 20, "at_ms": 3}"#);
     probe
         .drive_until(at_ms(200.0), |s| {
-            s.log().detections.get(&20).is_some_and(|d| d.first_suspected.is_some())
+            s.log()
+                .detections
+                .get(&20)
+                .is_some_and(|d| d.first_suspected.is_some())
         })
         .expect("21 suspects 20");
     let t = probe.now();
@@ -174,5 +187,4 @@ fn a_falsely_suspected_rank_stops_itself_and_everyone_lists_it() {
         assert_eq!(local, [9], "rank {rank}");
     }
     assert_eq!(sim.survivors().count(), 15);
-    let _ = MS;
 }

@@ -51,8 +51,8 @@ fn every_sample_plan_builds_in_every_format() {
             continue;
         }
         for format in [PlanFormat::Text, PlanFormat::Json, PlanFormat::Dot] {
-            let out = plan_file::run(&path, format)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let out =
+                plan_file::run(&path, format).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             if format == PlanFormat::Json {
                 let v: serde_json::Value = serde_json::from_str(&out).unwrap();
                 let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
@@ -73,7 +73,10 @@ fn design_example_leaves_the_failed_rank_out() {
     let text = plan_file::run(&path, PlanFormat::Text).unwrap();
     assert!(text.contains("failed ranks: 5"), "{text}");
     let lu = plan_file::run(&plans_dir().join("lu-step.json"), PlanFormat::Text).unwrap();
-    assert!(lu.contains("unreachable destinations (failed, skipped): 17, 40"), "{lu}");
+    assert!(
+        lu.contains("unreachable destinations (failed, skipped): 17, 40"),
+        "{lu}"
+    );
 }
 
 #[test]
@@ -136,8 +139,14 @@ fn syntax_and_type_errors_give_line_and_column() {
     let (err, msg) = error_of("syntax", "{\n  \"ranks\": 3,\n  \"root\": 0,\n  oops\n}");
     assert!(matches!(err, PlanFileError::Parse(_)));
     assert!(msg.contains("line 4 column 3"), "{msg}");
-    let (_, msg) = error_of("type", "{\"ranks\": \"three\", \"root\": 0, \"outputs\": []}");
-    assert!(msg.contains("invalid type") && msg.contains("line 1"), "{msg}");
+    let (_, msg) = error_of(
+        "type",
+        "{\"ranks\": \"three\", \"root\": 0, \"outputs\": []}",
+    );
+    assert!(
+        msg.contains("invalid type") && msg.contains("line 1"),
+        "{msg}"
+    );
     let (_, msg) = error_of("neg", "{\"ranks\": 3, \"root\": -1, \"outputs\": []}");
     assert!(msg.contains("line 1"), "{msg}");
     let (_, msg) = error_of("missing", "{\"ranks\": 3, \"outputs\": []}");

@@ -15,7 +15,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, BatchSize, Criterion};
+use criterion::{BatchSize, Criterion};
 use ft_bcast::{OutputSpec, Plan, PlanSpec, Strategy, Topology};
 
 const N: u32 = 1_000_000;
@@ -133,10 +133,9 @@ fn ratios() {
     );
 }
 
-criterion_group!(plan_benches, benches);
-
 fn main() {
-    plan_benches();
+    let mut c = Criterion::default().configure_from_args();
+    benches(&mut c);
     ratios();
-    Criterion::default().configure_from_args().final_summary();
+    c.final_summary();
 }

@@ -128,7 +128,9 @@ pub enum CheckError {
 impl fmt::Display for CheckError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CheckError::RankOutOfRange { rank } => write!(f, "edge names rank {rank}, out of range"),
+            CheckError::RankOutOfRange { rank } => {
+                write!(f, "edge names rank {rank}, out of range")
+            }
             CheckError::FailedRank { rank } => write!(f, "failed rank {rank} appears in a tree"),
             CheckError::EdgeIntoRoot { parent } => write!(f, "edge {parent} -> root"),
             CheckError::SelfLoop { rank } => write!(f, "edge {rank} -> {rank}"),
@@ -139,7 +141,10 @@ impl fmt::Display for CheckError {
                 parent,
                 child,
                 output,
-            } => write!(f, "edge {parent} -> {child} carries unknown output #{output}"),
+            } => write!(
+                f,
+                "edge {parent} -> {child} carries unknown output #{output}"
+            ),
             CheckError::NotATree { tree, rank } => {
                 write!(f, "tree {tree} is not a parent-first tree at rank {rank}")
             }
@@ -147,7 +152,10 @@ impl fmt::Display for CheckError {
                 tree,
                 recorded,
                 actual,
-            } => write!(f, "tree {tree} records depth {recorded}, its edges give {actual}"),
+            } => write!(
+                f,
+                "tree {tree} records depth {recorded}, its edges give {actual}"
+            ),
             CheckError::Cycle { rank } => write!(f, "edges form a cycle through rank {rank}"),
             CheckError::ParentLacksOutput {
                 parent,
@@ -161,13 +169,22 @@ impl fmt::Display for CheckError {
                 write!(f, "rank {rank} receives output #{output} twice")
             }
             CheckError::MissingOutput { rank, output } => {
-                write!(f, "rank {rank} needs output #{output} but does not receive it")
+                write!(
+                    f,
+                    "rank {rank} needs output #{output} but does not receive it"
+                )
             }
             CheckError::ExtraOutput { rank, output } => {
-                write!(f, "rank {rank} receives output #{output}, which it does not need")
+                write!(
+                    f,
+                    "rank {rank} receives output #{output}, which it does not need"
+                )
             }
             CheckError::IncomingEdges { rank, count } => {
-                write!(f, "destination {rank} has {count} incoming edges, expected 1")
+                write!(
+                    f,
+                    "destination {rank} has {count} incoming edges, expected 1"
+                )
             }
             CheckError::Unreachable { rank } => {
                 write!(f, "unreachable list is wrong about rank {rank}")
@@ -240,12 +257,16 @@ impl Plan {
                 let parent_depth = if parent == root {
                     0
                 } else {
-                    *depth_in_tree
-                        .get(&parent)
-                        .ok_or(CheckError::NotATree { tree: t, rank: parent })?
+                    *depth_in_tree.get(&parent).ok_or(CheckError::NotATree {
+                        tree: t,
+                        rank: parent,
+                    })?
                 };
                 if depth_in_tree.insert(child, parent_depth + 1).is_some() {
-                    return Err(CheckError::NotATree { tree: t, rank: child });
+                    return Err(CheckError::NotATree {
+                        tree: t,
+                        rank: child,
+                    });
                 }
                 deepest = deepest.max(parent_depth + 1);
 
@@ -443,17 +464,36 @@ mod tests {
         );
     }
 
+    /// `(parent, child, set index)`.
+    type Link = (Rank, Rank, u32);
+
     #[test]
     fn each_broken_invariant_is_named() {
         let good = issue_624(Strategy::PerClass);
         assert_eq!(good.check(), Ok(()));
         // Sets: 0 = {A}, 1 = {A, B}.
-        let cases: [(&[(Rank, Rank, u32)], CheckError); 5] = [
-            (&[(0, 1, 0), (1, 0, 1)], CheckError::EdgeIntoRoot { parent: 1 }),
-            (&[(0, 1, 0), (0, 1, 1)], CheckError::NotATree { tree: 0, rank: 1 }),
+        let cases: [(&[Link], CheckError); 5] = [
+            (
+                &[(0, 1, 0), (1, 0, 1)],
+                CheckError::EdgeIntoRoot { parent: 1 },
+            ),
+            (
+                &[(0, 1, 0), (0, 1, 1)],
+                CheckError::NotATree { tree: 0, rank: 1 },
+            ),
             (&[(2, 1, 0)], CheckError::NotATree { tree: 0, rank: 2 }),
-            (&[(0, 1, 0), (0, 3, 1)], CheckError::RankOutOfRange { rank: 3 }),
-            (&[(0, 1, 1), (1, 2, 1)], CheckError::DepthMismatch { tree: 0, recorded: 1, actual: 2 }),
+            (
+                &[(0, 1, 0), (0, 3, 1)],
+                CheckError::RankOutOfRange { rank: 3 },
+            ),
+            (
+                &[(0, 1, 1), (1, 2, 1)],
+                CheckError::DepthMismatch {
+                    tree: 0,
+                    recorded: 1,
+                    actual: 2,
+                },
+            ),
         ];
         for (edges, want) in cases {
             assert_eq!(with_edges(good.clone(), edges).check(), Err(want));
@@ -461,15 +501,24 @@ mod tests {
         // Rank 1 gets B too: exactness of per-class plans.
         let mut plan = with_edges(good.clone(), &[(0, 1, 1), (1, 2, 1)]);
         plan.trees[0].depth = 2;
-        assert_eq!(plan.check(), Err(CheckError::ExtraOutput { rank: 1, output: 1 }));
+        assert_eq!(
+            plan.check(),
+            Err(CheckError::ExtraOutput { rank: 1, output: 1 })
+        );
         // Rank 2 gets nothing.
         let mut plan = with_edges(good.clone(), &[(0, 1, 0)]);
         plan.trees[0].depth = 1;
-        assert_eq!(plan.check(), Err(CheckError::MissingOutput { rank: 2, output: 0 }));
+        assert_eq!(
+            plan.check(),
+            Err(CheckError::MissingOutput { rank: 2, output: 0 })
+        );
         // Stats that lie.
         let mut plan = good.clone();
         plan.stats.bytes += 1;
-        assert!(matches!(plan.check(), Err(CheckError::StatsMismatch { .. })));
+        assert!(matches!(
+            plan.check(),
+            Err(CheckError::StatsMismatch { .. })
+        ));
         // A failed rank in a tree.
         let mut plan = good.clone();
         plan.spec.failed = ft_core::RankSet::from_ranks(3, [1]);

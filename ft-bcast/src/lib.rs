@@ -5,6 +5,14 @@
 //! need the same outputs), checks plans against the invariants that keep every parent
 //! holding what its children fetch, and runs the per-rank activation protocol, repairing
 //! trees when ranks die mid-broadcast. Like `ft-core`, it does no I/O and reads no clock.
+//!
+//! - [`refine`](mod@refine): classes of destinations needing the same outputs, `O(n + Σ|D_j|)`.
+//! - [`topology`]: star, chain, binomial and k-ary trees over an ordered member list.
+//! - [`spec`]: what a broadcast must achieve ([`PlanSpec`]) and its validation.
+//! - [`plan`]: the trees of the three [`Strategy`]s, and their repair after failures;
+//!   [`check`] verifies a plan's invariants.
+//! - [`protocol`]: the per-rank activation machine ([`Broadcaster`]) with the
+//!   [`ft_core::Protocol`] face.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -15,6 +23,7 @@ extern crate std;
 pub mod check;
 pub mod outputs;
 pub mod plan;
+pub mod protocol;
 pub mod refine;
 pub mod spec;
 pub mod topology;
@@ -22,6 +31,7 @@ pub mod topology;
 pub use check::CheckError;
 pub use outputs::OutputSet;
 pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
+pub use protocol::{BcastError, BcastEvent, Broadcaster, Config};
 pub use refine::{refine, Class, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
 pub use topology::{tree_edges, FailedRanks, NoFailures, ParseTopologyError, Topology};

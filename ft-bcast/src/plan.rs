@@ -14,6 +14,9 @@
 //! - [`Strategy::PerOutput`]: one tree per output over its destinations; each edge
 //!   carries that output only.
 //!
+//! [`Plan::repair`] re-attaches the children of ranks that died to their nearest live
+//! ancestor; repaired trees are kept as explicit edge lists.
+//!
 //! Invariants of every plan (verified by [`Plan::check`]): what a rank receives is the
 //! union of its incoming edges' outputs; every edge carries only outputs its parent has
 //! received (the root has all); every live destination receives at least what it needs;
@@ -249,11 +252,9 @@ impl Plan {
                     .iter()
                     .fold(0u64, |a, s| a.saturating_add(self.bytes_of(s)))
             }
-            Shape::Explicit(edges) => self.explicit[edges.clone()]
-                .iter()
-                .fold(0u64, |a, e| {
-                    a.saturating_add(self.bytes_of(&self.sets[e.set as usize]))
-                }),
+            Shape::Explicit(edges) => self.explicit[edges.clone()].iter().fold(0u64, |a, e| {
+                a.saturating_add(self.bytes_of(&self.sets[e.set as usize]))
+            }),
         };
         self.trees.push(Tree {
             outputs,
@@ -293,7 +294,11 @@ impl Plan {
             self.sets.push(OutputSet::single(j as u32));
             let nodes = start..self.nodes.len();
             let len = nodes.len();
-            self.push_tree(OutputSet::single(j as u32), len, Shape::Nodes { nodes, set });
+            self.push_tree(
+                OutputSet::single(j as u32),
+                len,
+                Shape::Nodes { nodes, set },
+            );
         }
     }
 
@@ -431,7 +436,11 @@ impl Plan {
         };
         let p = self.spec.topology.parent(k + 1).unwrap_or(0);
         Some(RawEdge {
-            parent: if p == 0 { self.spec.root } else { members[p - 1] },
+            parent: if p == 0 {
+                self.spec.root
+            } else {
+                members[p - 1]
+            },
             child: members[k],
             set,
         })

@@ -66,7 +66,11 @@ impl Topology {
         };
         // Binomial: children are i + 2^b for every 2^b below i's lowest set bit (any b
         // for the root), as long as they exist.
-        let lowest = if i == 0 { usize::MAX } else { i & i.wrapping_neg() };
+        let lowest = if i == 0 {
+            usize::MAX
+        } else {
+            i & i.wrapping_neg()
+        };
         range
             .filter_map(move |x| {
                 if !binomial {
@@ -256,7 +260,14 @@ mod tests {
         for t in SHAPES {
             assert_eq!(t.to_string().parse::<Topology>(), Ok(t));
         }
-        for bad in ["kary:0", "kary:", "kary:-1", "ring", "Star", "kary:99999999999"] {
+        for bad in [
+            "kary:0",
+            "kary:",
+            "kary:-1",
+            "ring",
+            "Star",
+            "kary:99999999999",
+        ] {
             assert_eq!(bad.parse::<Topology>(), Err(ParseTopologyError), "{bad}");
         }
     }

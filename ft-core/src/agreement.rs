@@ -106,11 +106,21 @@
 //!
 //! # Use
 //!
-//! Call order is the [`crate::machine`] loop. [`Agreement::start`] is the application's
-//! `validate_global`; [`Agreement::on_failure`] is each detector suspicion (final); on
-//! [`Event::Decided`] the caller commits `agreed` to its failure view. No timers: the
-//! machine waits on messages and detector news only, so `poll_timeout` is always `None`.
+//! Call order is the [`crate::machine`] loop; after every input drain `poll_transmit`,
+//! then `poll_event`.
+//!
+//! - `validate_global` at this rank: [`Agreement::start`]`(now, &view.known_failed())`
+//!   (refused with [`AgreementError::AlreadyRunning`] until the previous epoch decided);
+//! - every detector suspicion, during a validation or not: [`Agreement::on_failure`]
+//!   (final; it also makes the machine refuse that rank's frames);
+//! - every frame whose kind is in the `"agree"` family: [`Protocol::handle_message`];
+//! - on [`Event::Decided`]: `view.commit_global(&agreed)` (agreed sets only grow, so its
+//!   precondition holds) and report the counts; on [`Event::SelfExcluded`]: stop the rank.
+//!
+//! No timers: the machine waits on messages and detector news only, so `poll_timeout` is
+//! always `None` and `handle_timeout` does nothing.
 
+use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
@@ -561,7 +571,7 @@ struct Instance {
     contribution: RankSet,
     promised: Ballot,
     accepted: Option<(Ballot, RankSet)>,
-    round: Option<Round>,
+    round: Option<Box<Round>>,
     /// The latest round this rank started as coordinator, with its excluded set.
     leading: Option<(Ballot, RankSet)>,
     lead_failed: bool,
@@ -611,7 +621,7 @@ impl Instance {
             contribution,
             promised: ballot,
             accepted: None,
-            round: Some(round),
+            round: Some(Box::new(round)),
             leading,
             lead_failed: false,
             max_round: 0,
@@ -666,7 +676,7 @@ impl Instance {
                     };
                     io.send(c, self.epoch, &msg);
                 }
-                self.round = Some(round);
+                self.round = Some(Box::new(round));
                 self.maybe_finish_gather(io);
             }
             Msg::Promise { ballot, report } => {
@@ -693,7 +703,10 @@ impl Instance {
                     return Ok(());
                 }
                 let Some(round) = self.round.as_mut() else {
-                    return Err(FrameError::Malformed("accept without a round"));
+                    if ballot == self.promised {
+                        return Ok(()); // a round this rank already finished
+                    }
+                    return Err(FrameError::Malformed("accept without a promise"));
                 };
                 if round.ballot != ballot || round.parent != Some(from) {
                     return Err(FrameError::Malformed("accept outside the promised round"));
@@ -747,6 +760,7 @@ impl Instance {
                 self.wave_checked = None;
                 if self.decided.is_none() {
                     self.decided = Some(value);
+                    self.compact();
                 }
             }
         }
@@ -863,6 +877,23 @@ impl Instance {
         self.wave = Some(excluded);
         self.wave_checked = None;
         self.decided = Some(value);
+        self.compact();
+    }
+
+    /// Frees what a decided rank no longer needs: its finished round (a round still
+    /// waiting for an accept or for children stays, its coordinator counts on it), its
+    /// contribution and accepted value (its promises now carry the decision instead).
+    fn compact(&mut self) {
+        let finished = self
+            .round
+            .as_ref()
+            .is_some_and(|r| r.parent.is_none() || r.phase == Phase::Accepted);
+        if finished {
+            self.round = None;
+        }
+        self.leading = None;
+        self.accepted = None;
+        self.contribution.clear();
     }
 
     /// The coordinator's duties: (re)start rounds until decided, then repair decision
@@ -899,7 +930,7 @@ impl Instance {
             return;
         }
         let ballot = Ballot {
-            round: self.max_round.max(self.promised.round) + 1,
+            round: self.max_round.max(self.promised.round).saturating_add(1),
             coord: io.cfg.me,
         };
         self.max_round = ballot.round;
@@ -915,7 +946,7 @@ impl Instance {
             };
             io.send(c, self.epoch, &msg);
         }
-        self.round = Some(round);
+        self.round = Some(Box::new(round));
         self.maybe_finish_gather(io);
     }
 }
@@ -929,8 +960,8 @@ impl Instance {
 pub struct Agreement {
     cfg: Config,
     dead: RankSet,
-    cur: Option<Instance>,
-    prev: Option<Instance>,
+    cur: Option<Box<Instance>>,
+    prev: Option<Box<Instance>>,
     /// Epochs whose decision was already reported.
     reported: u32,
     buffered: VecDeque<(Rank, u32, Msg)>,
@@ -994,11 +1025,11 @@ impl Agreement {
     }
     /// Whether this rank currently acts as coordinator of a round of the running epoch.
     pub fn is_coordinating(&self) -> bool {
-        self.cur.as_ref().is_some_and(Instance::is_root)
+        self.cur.as_deref().is_some_and(Instance::is_root)
     }
 
     fn instance(&self, epoch: u32) -> Option<&Instance> {
-        [self.cur.as_ref(), self.prev.as_ref()]
+        [self.cur.as_deref(), self.prev.as_deref()]
             .into_iter()
             .flatten()
             .find(|i| i.epoch == epoch)
@@ -1040,7 +1071,7 @@ impl Agreement {
             sent: &mut self.sent,
             lowest_live: self.lowest_live,
         };
-        self.cur = Some(Instance::new(&mut io, epoch, base, contribution));
+        self.cur = Some(Box::new(Instance::new(&mut io, epoch, base, contribution)));
         let early: Vec<_> = self.buffered.drain(..).collect();
         for (from, ep, msg) in early {
             if self.dead.contains(from) {
@@ -1081,7 +1112,7 @@ impl Agreement {
             sent: &mut self.sent,
             lowest_live: self.lowest_live,
         };
-        for inst in [self.cur.as_mut(), self.prev.as_mut()]
+        for inst in [self.cur.as_deref_mut(), self.prev.as_deref_mut()]
             .into_iter()
             .flatten()
         {
@@ -1125,7 +1156,7 @@ impl Agreement {
             sent: &mut self.sent,
             lowest_live: self.lowest_live,
         };
-        for inst in [self.cur.as_mut(), self.prev.as_mut()]
+        for inst in [self.cur.as_deref_mut(), self.prev.as_deref_mut()]
             .into_iter()
             .flatten()
         {
@@ -1214,16 +1245,49 @@ mod tests {
         let t = Tree::new(&excluded);
         // Live: 1 2 3 5 6 7 8 9 -> indices 0..8.
         assert_eq!(t.root(), Some(1));
-        assert_eq!(t.children(1), [8, 5, 2]);
-        assert_eq!(t.children(5), [7, 6]);
-        assert_eq!(t.parent(7), Some(5));
+        assert_eq!(t.children(1), [6, 3, 2]);
+        assert_eq!(t.children(6), [8, 7]);
+        assert_eq!(t.children(3), [5]);
+        assert_eq!(t.parent(7), Some(6));
         assert_eq!(t.parent(9), Some(8));
         assert_eq!(t.parent(4), None);
-        assert!(t.is_inner(1) && t.is_inner(5) && !t.is_inner(9) && !t.is_inner(3));
+        assert!(t.is_inner(1) && t.is_inner(6) && t.is_inner(3) && t.is_inner(8));
+        assert!(!t.is_inner(2) && !t.is_inner(5) && !t.is_inner(7) && !t.is_inner(9));
         for r in [2, 3, 5, 6, 7, 8, 9] {
             let p = t.parent(r).unwrap();
             assert!(t.children(p).contains(&r));
             assert_eq!(t.is_inner(r), !t.children(r).is_empty());
+        }
+    }
+
+    #[test]
+    fn trees_span_every_live_rank_with_logarithmic_depth() {
+        for n in 1u32..=70 {
+            for mask in [0u64, 1, 0b1011, 0x0f0f_0f0f, u64::MAX >> 3] {
+                let excluded = RankSet::from_ranks(n, (0..n).filter(|r| mask >> (r % 64) & 1 == 1));
+                let t = Tree::new(&excluded);
+                let live: Vec<Rank> = (0..n).filter(|r| !excluded.contains(*r)).collect();
+                let m = live.len() as u32;
+                assert_eq!(t.root(), live.first().copied());
+                let mut edges = 0;
+                for &r in &live {
+                    let kids = t.children(r);
+                    assert_eq!(t.is_inner(r), !kids.is_empty());
+                    edges += kids.len();
+                    for &c in &kids {
+                        assert_eq!(t.parent(c), Some(r));
+                    }
+                    let mut depth = 0;
+                    let mut at = r;
+                    while let Some(p) = t.parent(at) {
+                        at = p;
+                        depth += 1;
+                    }
+                    assert_eq!(Some(at), t.root());
+                    assert!(depth <= 32 - m.saturating_sub(1).leading_zeros());
+                }
+                assert_eq!(edges as u32, m.saturating_sub(1));
+            }
         }
     }
 

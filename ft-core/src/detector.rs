@@ -1,5 +1,5 @@
 //! The failure detector: a heartbeat ring plus a reliable, logarithmic propagation of
-//! failure notices over a circulant graph. Sans-IO; it shows the [`Protocol`] face.
+//! failure notices over the circulant graph. Sans-IO; it shows the [`Protocol`] face.
 //!
 //! # What it does
 //!
@@ -9,61 +9,62 @@
 //! - **Heartbeats.** Every `period`, `i` sends a [`FrameKind::Heartbeat`] to its
 //!   *observer*, the nearest successor not in `K_i` (and to a rank that told it "I observe
 //!   you" with [`FrameKind::Observe`] while `K_i` has not caught up with that rank's).
-//! - **Suspicion.** `i` watches its nearest predecessor not in `K_i`. When no heartbeat
-//!   from it arrived for `timeout`, `i` declares it dead: it adds it to `K_i` and floods a
-//!   notice. A suspected rank is dead from then on, right or wrong (fail-stop enforcement).
-//! - **Re-targeting.** Whenever its nearest live predecessor changes, `i` sends the new
-//!   one an [`FrameKind::Observe`] and gives it `2 · timeout` to be heard from (a round
-//!   trip: the `Observe` goes out, the first heartbeat comes back).
-//! - **Propagation.** A [`FrameKind::FailureNotice`] carries a hop count and a rank set.
-//!   The *neighbours* of `i` under `K_i` are, for every `k` with `2^k < n` and both signs,
-//!   the first rank not in `K_i` at or past `i ± 2^k (mod n)`, walking away from `i` in
-//!   that direction (so known-dead peers are skipped, never targeted). When `K_i` grows
-//!   by `Δ` (a suspicion, or the first receipt of ranks in a notice), `i` sends `Δ` once
-//!   to every neighbour it already had (but not back to the sender it got `Δ` from), and
-//!   the whole of `K_i` to every neighbour that is new because `K_i` grew. Nothing else is
-//!   ever re-sent.
-//! - **Fail-stop.** The suspecting rank also sends its notice to the suspect itself (no
+//! - **Suspicion.** `i` watches `pred(i)`, its nearest predecessor not in `K_i`. When no
+//!   heartbeat from it arrived for `timeout`, `i` declares it dead. A suspected rank is
+//!   dead from then on, right or wrong (fail-stop enforcement).
+//! - **Re-targeting.** Whenever `pred(i)` changes, `i` sends the new one an
+//!   [`FrameKind::Observe`] and gives it `2 · timeout` to be heard from (a round trip:
+//!   the `Observe` goes out, the first heartbeat comes back).
+//! - **Propagation.** Every [`FrameKind::FailureNotice`] carries the sender's whole
+//!   `K_i` (a compact rank set; failures are few) and a hop count. A declaring rank `o`
+//!   starts two spanning trees of the circulant graph, one over the offsets
+//!   `o + 1, o + 2, ...` and one over `o - 1, o - 2, ...`: a rank at offset `d` that
+//!   covers `[d, e)` sends to its peer at `d + 2^k` (a circulant edge `i ± 2^k`) the
+//!   sub-range `[d + 2^k, min(d + 2^(k+1), e))`, for every `k` with `d + 2^k < e`;
+//!   the sub-range goes to its first rank not known dead (known-dead peers are skipped,
+//!   never targeted). Each rank forwards once per tree, on first receipt (a second,
+//!   larger range for the same tree only sends the part not yet covered). So each live
+//!   rank gets each declaration twice, along two different paths, within
+//!   `⌈log2 n⌉` hops, for about `2n` frames per declaration (flooding every `±2^k`
+//!   edge would cost `2n⌈log2 n⌉`).
+//! - **Repair.** (a) Whenever `K_i` grows, `i` sends `K_i` to `pred(i)` (the ring edge
+//!   `-1`; also to a new `pred(i)`). (b) When `i` learns that a tree child `c` died,
+//!   `i` sends `c`'s sub-range, with its current `K_i`, to the next rank of that range
+//!   not known dead.
+//! - **Fail-stop.** The declaring rank also sends its notice to the suspect itself (no
 //!   one else will: known-dead ranks are skipped). A rank that finds itself in a notice
-//!   stops: it sends nothing more,
-//!   ignores all input and reports [`DetectorEvent::DeclaredDead`]. Frames from ranks in
-//!   `K_i` are rejected with [`FrameError::FromFailedRank`].
+//!   stops: it sends nothing more, ignores all input and reports
+//!   [`DetectorEvent::DeclaredDead`]. Frames from ranks in `K_i` are rejected with
+//!   [`FrameError::FromFailedRank`].
 //!
 //! # Why propagation is reliable
 //!
-//! *Invariant.* For every rank `i` and every current neighbour `j` of `i` under `K_i`,
-//! every member of `K_i` has been sent to `j` by `i`, or `j` sent it to `i`. It holds at the
-//! start (`K_i = ∅`), and both rules above keep it: old neighbours get the delta, new ones
-//! the whole set.
+//! *Eventually everyone knows everything (the ring).* By rule (a), once the network is
+//! quiet, `K_i ⊆ K_{pred(i)}` for every surviving `i`. And `pred(i)` of a surviving `i`
+//! is alive: otherwise `i` would still be waiting out its timeout on it. Following `pred`
+//! from `i` walks backward over the ring, skipping only ranks in some `K` (dead, or
+//! declared and therefore stopped), so it visits every survivor and returns to `i`: all
+//! survivors end with the same `K`. That `K` holds every dead rank `x`: the first
+//! survivor after `x` would otherwise have a dead `pred` it is not suspecting.
 //!
-//! *Ring closure.* The `-2^0` neighbour of `i` is `pred_K(i)`, its nearest predecessor not
-//! in `K_i`: the very rank `i` watches. Once the network is quiet (every sent frame
-//! delivered, no timer of a live rank about to fire), `pred_K(i)` of a surviving `i` is
-//! alive: otherwise `i` would still be waiting out its timeout on it. So for survivors,
-//! `K_i ⊆ K_{pred_K(i)}` by the invariant, and following `pred_K` from `i` walks backward
-//! over the ring, skipping only ranks in some `K` (dead, or declared dead and therefore
-//! stopped), so it visits every survivor and comes back to `i`: all survivors end with the
-//! same `K`. That `K` holds every dead rank `x`: the first survivor after `x` on the ring
-//! would otherwise have a dead `pred_K` it is not suspecting.
+//! *Quickly (the trees).* Without further deaths a tree reaches every live rank of its
+//! range in at most `⌈log2 n⌉` hops (binomial depth). A forwarder `f` that dies before
+//! forwarding (or a forward that was sent to an already dead `f`) strands `f`'s range:
+//! - in the mirror tree, the same ranks hang under other forwarders, so one death
+//!   rarely cuts both paths;
+//! - `f`'s death is itself declared (≤ `timeout` + one delay after it), and `f`'s tree
+//!   parent then hands `f`'s range to the next live rank in it (rule b), with everything
+//!   the parent knows. A rank that *received* from a forwarder that then died needs to
+//!   do nothing: it already has the news and covers its own range itself.
+//! - every later notice carries the sender's whole `K`, so the declaration of the last
+//!   death also carries every earlier death to everyone its trees reach.
+//! The only news that is lost outright is news nobody alive holds (a declaring rank that
+//! died before sending anything); then the ring detects the same death again, because
+//! no survivor skips a rank it does not know dead.
 //!
-//! *Why a death of a forwarder cannot lose news.* If `j`, to whom `i` forwarded, dies
-//! before forwarding, `i` learns of `j`'s death and `j`'s replacement in that position
-//! becomes a new neighbour of `i`, which gets all of `K_i`, including what was stranded at
-//! `j`. If `i` received news from a `j` that then died, nothing is needed: `i` floods on
-//! first receipt itself, so `j`'s unfinished sends are covered by every other receiver's
-//! flood. The only news that can be lost outright is news held by nobody alive (a
-//! detector that died before sending anything); then the ring detects the same death
-//! again, one timeout later, because no survivor skips a rank it does not know dead.
-//!
-//! *Why it is fast.* Without further deaths a notice floods the circulant graph along
-//! shortest paths: a rank at ring distance `d` from the origin is reached in at most
-//! `popcount(d) ≤ ⌈log2 n⌉` hops (fewer with both signs). A death during propagation
-//! removes one relay; the flood reaches everyone over the `2⌈log2 n⌉ - 1` other edges, so
-//! the notice still arrives within about `⌈log2 n⌉ + 1` hops, and the new death's notice,
-//! which also carries everything stranded, follows the same bound after its detection.
-//! So after the last death, every survivor knows every dead rank within
-//! `timeout + max latency` (detection by the observer, for a rank whose ring neighbours
-//! did not die with it) plus `(⌈log2 n⌉ + 1) · max latency` (propagation). A run of `k`
+//! So after the last death, a survivor knows every dead rank within `timeout` + one
+//! delay (detection by the observer, for a rank whose ring neighbours did not die with
+//! it) plus `(⌈log2 n⌉ + 1)` delays (propagation and one repair hop). A run of `k`
 //! ring-adjacent ranks dying together is detected one rank at a time, each re-target
 //! adding up to `2 · timeout`.
 //!
@@ -82,14 +83,18 @@
 //! # Wire format (header epoch is 0)
 //!
 //! - `Heartbeat`, `Observe`: empty payload.
-//! - `FailureNotice`: `varint hops` (hops travelled, the detecting rank sends 1), then a
-//!   rank set (never holding its sender).
+//! - `FailureNotice`: `varint hops` (the declaring rank sends 1), `u8 tree` (0: point
+//!   to point, 1: increasing-offset tree, 2: decreasing-offset tree), for a tree
+//!   `varint origin, varint seq, varint end` (the declaration's rank and number, and the
+//!   end of the receiver's range, in offsets from `origin`), then the sender's `K` as a
+//!   rank set (never holding the sender).
 //!
 //! # Cost
 //!
-//! A rank holds a few words, its `K_i` (a [`RankSet`]) and its queue of frames to send.
-//! Heartbeats and `Observe` frames are written straight into the caller's buffer (no
-//! allocation); a notice is encoded once per batch however many neighbours it goes to.
+//! A rank holds a few words, its `K_i` (a [`RankSet`]), the send queue, and per
+//! declaration it took part in, one record per tree (what it covered) and one per child
+//! it sent to (about one per tree on average): a few dozen bytes per failure. Heartbeats
+//! and `Observe` frames are written straight into the caller's buffer (no allocation).
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -100,11 +105,6 @@ use crate::rank::Rank;
 use crate::rankset::RankSet;
 use crate::time::{Duration, Instant};
 use crate::wire::{self, Context, FrameKind, Header, Reader};
-
-/// Most neighbours a rank has: two per power of two below `n ≤ 2^32`.
-const MAX_NEIGHBOURS: usize = 64;
-
-type Neighbours = heapless::Vec<Rank, MAX_NEIGHBOURS>;
 
 /// Settings of one rank's detector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,13 +157,60 @@ enum Timer {
 
 const TIMERS: usize = 2;
 
-/// A frame waiting in the send queue.
+/// Wire code of a notice sent point to point (to the suspect, or along the ring edge).
+const DIRECT: u8 = 0;
+/// Wire code of a notice in the tree of increasing offsets from its origin.
+const PLUS: u8 = 1;
+/// Wire code of a notice in the tree of decreasing offsets from its origin.
+const MINUS: u8 = 2;
+
+/// One spanning tree of one notice: who declared, which of its declarations, which
+/// direction. `seq` counts the origin's declarations from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TreeId {
+    origin: Rank,
+    seq: u32,
+    plus: bool,
+}
+
+/// This rank's part in one tree: it has forwarded to cover offsets `[own, covered_end)`
+/// (offsets from the origin, in the tree's direction); its frames carry `hops`.
+#[derive(Clone, Copy, Debug)]
+struct Spread {
+    tree: TreeId,
+    covered_end: u32,
+    hops: u32,
+}
+
+/// A child this rank sent a tree notice to, for the sub-range `[start, end)`.
+#[derive(Clone, Copy, Debug)]
+struct Child {
+    tree: TreeId,
+    start: u32,
+    end: u32,
+    /// The rank that got it (the first live one at or past `start`), or `None` once
+    /// every rank of the range is known dead.
+    child: Option<Rank>,
+}
+
+/// A frame waiting in the send queue; notices are encoded when polled, with the `K_i`
+/// of that moment (it only grows, so later is never worse).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outgoing {
     Heartbeat(Rank),
     Observe(Rank),
-    /// The encoded notice `frames[index]` to `to`.
-    Notice { to: Rank, index: u32 },
+    /// A notice carrying `K_i`, outside any tree.
+    Direct {
+        to: Rank,
+        hops: u32,
+    },
+    /// A notice carrying `K_i` in `tree`, asking `to` to cover offsets up to `end`.
+    Tree {
+        to: Rank,
+        tree: TreeId,
+        end: u32,
+        hops: u32,
+    },
 }
 
 /// One rank's failure detector. See the [module documentation](self).
@@ -179,10 +226,19 @@ pub struct Detector {
     timers: [Instant; TIMERS],
     now: Instant,
     stopped: bool,
+    /// Declarations made by this rank so far.
+    declarations: u32,
+    spreads: Vec<Spread>,
+    children: Vec<Child>,
     outbox: VecDeque<Outgoing>,
-    /// Encoded notices referenced by `outbox`; emptied when the outbox drains.
-    frames: Vec<Vec<u8>>,
     events: VecDeque<DetectorEvent>,
+}
+
+/// A decoded notice, checked against this rank's position before anything changes.
+struct Notice {
+    hops: u32,
+    tree: Option<(TreeId, u32)>,
+    set: RankSet,
 }
 
 impl Detector {
@@ -207,8 +263,10 @@ impl Detector {
             timers: [Instant::MAX; TIMERS],
             now,
             stopped: false,
+            declarations: 0,
+            spreads: Vec::new(),
+            children: Vec::new(),
             outbox: VecDeque::new(),
-            frames: Vec::new(),
             events: VecDeque::new(),
         };
         d.watched = d.walk(config.me, 1, false);
@@ -241,16 +299,20 @@ impl Detector {
     pub fn is_stopped(&self) -> bool {
         self.stopped
     }
-    /// The propagation neighbours under the current `K_i`, sorted.
-    pub fn neighbours(&self) -> impl Iterator<Item = Rank> {
-        self.neighbour_set().into_iter()
-    }
     /// The header context frames are checked against.
     pub fn context(&self) -> Context {
         Context {
             comm: self.config.comm,
             n: self.config.n,
         }
+    }
+    /// Heap bytes held (dead set, propagation records, queues).
+    pub fn heap_bytes(&self) -> usize {
+        self.dead.heap_bytes()
+            + self.spreads.capacity() * core::mem::size_of::<Spread>()
+            + self.children.capacity() * core::mem::size_of::<Child>()
+            + self.outbox.capacity() * core::mem::size_of::<Outgoing>()
+            + self.events.capacity() * core::mem::size_of::<DetectorEvent>()
     }
 
     // ----- inputs -----
@@ -261,7 +323,7 @@ impl Detector {
         &mut self,
         now: Instant,
         header: &Header,
-        mut payload: Reader<'_>,
+        payload: Reader<'_>,
     ) -> Result<(), FrameError> {
         self.advance(now);
         if self.stopped {
@@ -298,25 +360,22 @@ impl Detector {
                 Ok(())
             }
             FrameKind::FailureNotice => {
-                let hops = payload.varint_u32()?;
-                let set = payload.rankset()?;
-                payload.finish()?;
-                if hops == 0 {
-                    return Err(FrameError::Malformed("notice with zero hops"));
-                }
-                if set.contains(from) {
-                    return Err(FrameError::Malformed("notice names its sender"));
-                }
-                if set.contains(self.config.me) {
+                let notice = self.decode_notice(from, payload)?;
+                if notice.set.contains(self.config.me) {
                     self.stop(from);
                     return Ok(());
                 }
-                let fresh: Vec<Rank> = set.difference(&self.dead).collect();
+                let fresh: Vec<Rank> = notice.set.difference(&self.dead).collect();
                 for &rank in &fresh {
-                    self.events
-                        .push_back(DetectorEvent::Learned { rank, hops });
+                    self.events.push_back(DetectorEvent::Learned {
+                        rank,
+                        hops: notice.hops,
+                    });
                 }
-                self.declare(&fresh, hops.saturating_add(1), Some(from));
+                self.learn(&fresh, notice.hops.saturating_add(1));
+                if let Some((tree, end)) = notice.tree {
+                    self.relay(tree, end, notice.hops.saturating_add(1));
+                }
                 Ok(())
             }
             other => Err(FrameError::UnexpectedKind(other as u8)),
@@ -324,6 +383,40 @@ impl Detector {
     }
 
     // ----- internals -----
+
+    fn decode_notice(&self, from: Rank, mut r: Reader<'_>) -> Result<Notice, FrameError> {
+        let hops = r.varint_u32()?;
+        if hops == 0 {
+            return Err(FrameError::Malformed("notice with zero hops"));
+        }
+        let tree = match r.u8()? {
+            DIRECT => None,
+            code @ (PLUS | MINUS) => {
+                let origin = r.rank()?;
+                let seq = r.varint_u32()?;
+                let end = r.varint_u32()?;
+                let tree = TreeId {
+                    origin,
+                    seq,
+                    plus: code == PLUS,
+                };
+                let own = self.offset(self.config.me, tree);
+                if own == 0 || end <= own || end > self.config.n {
+                    return Err(FrameError::Malformed(
+                        "tree range does not hold the receiver",
+                    ));
+                }
+                Some((tree, end))
+            }
+            _ => return Err(FrameError::Malformed("unknown notice tree")),
+        };
+        let set = r.rankset()?;
+        r.finish()?;
+        if set.contains(from) {
+            return Err(FrameError::Malformed("notice names its sender"));
+        }
+        Ok(Notice { hops, tree, set })
+    }
 
     fn advance(&mut self, now: Instant) {
         if now > self.now {
@@ -338,7 +431,6 @@ impl Detector {
     fn stop(&mut self, by: Rank) {
         self.stopped = true;
         self.outbox.clear();
-        self.frames.clear();
         self.timers = [Instant::MAX; TIMERS];
         self.events.push_back(DetectorEvent::DeclaredDead { by });
     }
@@ -347,7 +439,13 @@ impl Detector {
     /// walking forward (towards higher ranks) or backward, modulo `n`.
     fn walk(&self, from: Rank, dist: u32, forward: bool) -> Option<Rank> {
         let n = u64::from(self.config.n);
-        let step = |r: u64, d: u64| if forward { (r + d) % n } else { (r + n - d % n) % n };
+        let step = |r: u64, d: u64| {
+            if forward {
+                (r + d) % n
+            } else {
+                (r + n - d % n) % n
+            }
+        };
         let mut r = step(u64::from(from), u64::from(dist));
         for _ in 0..n {
             let rank = r as Rank;
@@ -362,84 +460,151 @@ impl Detector {
         None
     }
 
-    fn neighbour_set(&self) -> Neighbours {
-        let mut out = Neighbours::new();
-        let n = self.config.n;
-        let mut dist: u32 = 1;
-        while dist < n {
-            for forward in [true, false] {
-                if let Some(r) = self.walk(self.config.me, dist, forward) {
-                    // Capacity is 2·32 ≥ 2·⌈log2 n⌉: the push cannot fail.
-                    let _ = out.push(r);
-                }
-            }
-            dist = match dist.checked_mul(2) {
-                Some(d) => d,
-                None => break,
-            };
-        }
-        out.sort_unstable();
-        let mut kept = 0;
-        for i in 0..out.len() {
-            if i == 0 || out[i] != out[kept - 1] {
-                out[kept] = out[i];
-                kept += 1;
-            }
-        }
-        out.truncate(kept);
-        out
+    /// The offset of `rank` from the tree's origin, in the tree's direction.
+    fn offset(&self, rank: Rank, tree: TreeId) -> u32 {
+        let n = u64::from(self.config.n);
+        let (r, o) = (u64::from(rank), u64::from(tree.origin));
+        let off = if tree.plus { r + n - o } else { o + n - r };
+        (off % n) as u32
     }
 
-    /// Adds `fresh` (not yet in `K_i`, not us) to `K_i`, sends it on per the propagation
-    /// rule with hop count `hops`, and re-targets the watch.
-    fn declare(&mut self, fresh: &[Rank], hops: u32, from: Option<Rank>) {
+    /// The rank at `offset` from the tree's origin.
+    fn at_offset(&self, tree: TreeId, offset: u32) -> Rank {
+        let n = u64::from(self.config.n);
+        let (o, d) = (u64::from(tree.origin), u64::from(offset) % n);
+        let r = if tree.plus { o + d } else { o + n - d };
+        (r % n) as Rank
+    }
+
+    /// The first rank of offsets `[start, end)` not known dead (nor us).
+    fn first_live(&self, tree: TreeId, start: u32, end: u32) -> Option<Rank> {
+        (start..end)
+            .map(|off| self.at_offset(tree, off))
+            .find(|&r| r != self.config.me && !self.dead.contains(r))
+    }
+
+    /// Declares `rank` dead by our own timeout: tell the suspect, everyone through the
+    /// two trees rooted here, and our ring predecessor.
+    fn declare(&mut self, rank: Rank) {
+        self.events.push_back(DetectorEvent::Suspected { rank });
+        self.declarations += 1;
+        // Our own suspicion: tell the suspect, so a live one stops (fail-stop). Nobody
+        // else will: every rank skips the ranks it knows dead.
+        self.outbox
+            .push_back(Outgoing::Direct { to: rank, hops: 1 });
+        self.learn(&[rank], 1);
+        for plus in [true, false] {
+            let tree = TreeId {
+                origin: self.config.me,
+                seq: self.declarations,
+                plus,
+            };
+            self.spreads.push(Spread {
+                tree,
+                covered_end: self.config.n,
+                hops: 1,
+            });
+            self.cover(tree, 0, 1, self.config.n, 1);
+        }
+    }
+
+    /// We were asked to cover our subtree of `tree` up to offset `end`.
+    fn relay(&mut self, tree: TreeId, end: u32, hops: u32) {
+        let own = self.offset(self.config.me, tree);
+        match self.spreads.iter_mut().find(|s| s.tree == tree) {
+            None => {
+                self.spreads.push(Spread {
+                    tree,
+                    covered_end: end,
+                    hops,
+                });
+                self.cover(tree, own, own + 1, end, hops);
+            }
+            Some(spread) if end > spread.covered_end => {
+                let (old, hops) = (spread.covered_end, spread.hops);
+                spread.covered_end = end;
+                self.cover(tree, own, old, end, hops);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Binomial forwarding from offset `own`: child `k` covers
+    /// `[own + 2^k, min(own + 2^(k+1), end))` and gets the notice at its first rank not
+    /// known dead. Only the part past `old_end` (already covered) is sent.
+    fn cover(&mut self, tree: TreeId, own: u32, old_end: u32, end: u32, hops: u32) {
+        let (own, old_end, end) = (u64::from(own), u64::from(old_end), u64::from(end));
+        let mut step: u64 = 1;
+        while own + step < end {
+            let start = own + step;
+            let new_stop = (own + 2 * step).min(end);
+            let old_stop = (own + 2 * step).min(old_end).max(start);
+            if new_stop > old_stop {
+                let (start, stop) = (start as u32, new_stop as u32);
+                let child = self.first_live(tree, start, stop);
+                if let Some(to) = child {
+                    self.outbox.push_back(Outgoing::Tree {
+                        to,
+                        tree,
+                        end: stop,
+                        hops,
+                    });
+                }
+                match self
+                    .children
+                    .iter_mut()
+                    .find(|c| c.tree == tree && c.start == start)
+                {
+                    Some(c) => {
+                        c.end = stop;
+                        c.child = child;
+                    }
+                    None => self.children.push(Child {
+                        tree,
+                        start,
+                        end: stop,
+                        child,
+                    }),
+                }
+            }
+            step *= 2;
+        }
+    }
+
+    /// Adds `fresh` (not yet in `K_i`, not us) to `K_i`, then: sends `K_i` to our ring
+    /// predecessor, hands the sub-range of every tree child now known dead to the next
+    /// live rank of that range, and re-targets the watch.
+    fn learn(&mut self, fresh: &[Rank], hops: u32) {
         if fresh.is_empty() {
             return;
         }
-        let before = self.neighbour_set();
-        // Neighbours change only when one of them dies: a walk ends at the first rank
-        // not in K, and it stays the first unless it joins K.
-        let changed = fresh.iter().any(|r| before.binary_search(r).is_ok());
         for &r in fresh {
             self.dead.insert(r);
         }
-        let after = if changed {
-            self.neighbour_set()
-        } else {
-            before.clone()
-        };
-        let delta = RankSet::from_ranks(self.config.n, fresh.iter().copied());
-        let delta_index = self.push_frame(hops, &delta);
-        if from.is_none() {
-            // Our own suspicion: tell the suspect too, so a live one stops (fail-stop).
-            // Nobody else will: every rank skips the ranks it knows dead.
-            for &to in fresh {
-                self.outbox.push_back(Outgoing::Notice {
-                    to,
-                    index: delta_index,
-                });
-            }
+        let watched = self.walk(self.config.me, 1, false);
+        if let Some(p) = watched {
+            self.outbox.push_back(Outgoing::Direct { to: p, hops });
         }
-        let mut full_index = None;
-        for &to in after.iter() {
-            if before.binary_search(&to).is_ok() {
-                if Some(to) != from {
-                    self.outbox.push_back(Outgoing::Notice {
-                        to,
-                        index: delta_index,
-                    });
-                }
-            } else {
-                let index = match full_index {
-                    Some(i) => i,
-                    None => {
-                        let dead = self.dead.clone();
-                        let i = self.push_frame(hops, &dead);
-                        full_index = Some(i);
-                        i
-                    }
-                };
-                self.outbox.push_back(Outgoing::Notice { to, index });
+        for i in 0..self.children.len() {
+            let c = self.children[i];
+            let Some(gone) = c.child else { continue };
+            if !fresh.contains(&gone) {
+                continue;
+            }
+            let replacement = self.first_live(c.tree, c.start, c.end);
+            self.children[i].child = replacement;
+            if let Some(to) = replacement {
+                let hops = self
+                    .spreads
+                    .iter()
+                    .find(|s| s.tree == c.tree)
+                    .map_or(hops, |s| s.hops);
+                self.outbox.push_back(Outgoing::Tree {
+                    to,
+                    tree: c.tree,
+                    end: c.end,
+                    hops,
+                });
             }
         }
         if let Some(x) = self.extra_observer {
@@ -447,7 +612,6 @@ impl Detector {
                 self.extra_observer = None;
             }
         }
-        let watched = self.walk(self.config.me, 1, false);
         if watched != self.watched {
             self.watched = watched;
             match watched {
@@ -462,17 +626,6 @@ impl Detector {
                 }
             }
         }
-    }
-
-    fn push_frame(&mut self, hops: u32, set: &RankSet) -> u32 {
-        let frame = self
-            .header(FrameKind::FailureNotice)
-            .start()
-            .put_varint(hops.into())
-            .put_rankset(set)
-            .finish();
-        self.frames.push(frame);
-        (self.frames.len() - 1) as u32
     }
 
     fn header(&self, kind: FrameKind) -> Header {
@@ -493,6 +646,24 @@ impl Detector {
         head[6..10].copy_from_slice(&0u32.to_le_bytes());
         head[10..14].copy_from_slice(&self.config.me.to_le_bytes());
         wire::copy_out(&head, buf)
+    }
+
+    fn write_notice(&self, hops: u32, tree: Option<(TreeId, u32)>, buf: &mut [u8]) -> usize {
+        let mut w = self.header(FrameKind::FailureNotice).start();
+        w.put_varint(hops.into());
+        match tree {
+            None => {
+                w.put_u8(DIRECT);
+            }
+            Some((tree, end)) => {
+                w.put_u8(if tree.plus { PLUS } else { MINUS })
+                    .put_rank(tree.origin)
+                    .put_varint(tree.seq.into())
+                    .put_varint(end.into());
+            }
+        }
+        w.put_rankset(&self.dead);
+        wire::copy_out(&w.finish(), buf)
     }
 }
 
@@ -528,8 +699,7 @@ impl Protocol for Detector {
         if self.timers[Timer::Suspect as usize] <= now {
             self.set_timer(Timer::Suspect, Instant::MAX);
             if let Some(p) = self.watched {
-                self.events.push_back(DetectorEvent::Suspected { rank: p });
-                self.declare(&[p], 1, None);
+                self.declare(p);
             }
         }
     }
@@ -545,13 +715,23 @@ impl Protocol for Detector {
                 to,
                 len: self.write_bare(FrameKind::Observe, buf),
             },
-            Outgoing::Notice { to, index } => Transmit {
+            Outgoing::Direct { to, hops } => Transmit {
                 to,
-                len: wire::copy_out(&self.frames[index as usize], buf),
+                len: self.write_notice(hops, None, buf),
+            },
+            Outgoing::Tree {
+                to,
+                tree,
+                end,
+                hops,
+            } => Transmit {
+                to,
+                len: self.write_notice(hops, Some((tree, end)), buf),
             },
         };
-        if self.outbox.is_empty() {
-            self.frames.clear();
+        if self.outbox.is_empty() && self.outbox.capacity() > 64 {
+            // A declaring rank's burst (two trees) need not stay allocated.
+            self.outbox = VecDeque::new();
         }
         Some(transmit)
     }
@@ -593,6 +773,7 @@ mod tests {
         out
     }
 
+    /// A point-to-point notice.
     fn notice(sender: Rank, hops: u32, ranks: &[Rank], n: u32) -> Vec<u8> {
         Header {
             kind: FrameKind::FailureNotice,
@@ -602,8 +783,29 @@ mod tests {
         }
         .start()
         .put_varint(hops.into())
+        .put_u8(DIRECT)
         .put_rankset(&RankSet::from_ranks(n, ranks.iter().copied()))
         .finish()
+    }
+
+    /// The notices in `sent`: (to, tree code, end of range, set).
+    fn notices(d: &Detector, sent: &[(Rank, Vec<u8>)]) -> Vec<(Rank, u8, u32, Vec<Rank>)> {
+        sent.iter()
+            .filter(|(_, f)| f[1] == FrameKind::FailureNotice as u8)
+            .map(|(to, f)| {
+                let (_, mut r) = Header::decode(f, d.context(), d.config.me).unwrap();
+                r.varint().unwrap();
+                let code = r.u8().unwrap();
+                let end = if code == DIRECT {
+                    0
+                } else {
+                    r.rank().unwrap();
+                    r.varint().unwrap();
+                    r.varint_u32().unwrap()
+                };
+                (*to, code, end, r.rankset().unwrap().iter().collect())
+            })
+            .collect()
     }
 
     #[test]
@@ -618,26 +820,37 @@ mod tests {
     }
 
     #[test]
-    fn silence_declares_the_predecessor_and_floods() {
+    fn silence_declares_the_predecessor_and_starts_two_trees() {
         let mut d = Detector::new(config(8, 3), Instant::ZERO);
         d.handle_timeout(Instant::from_nanos(40 * MS));
         assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 2 }));
         assert_eq!(d.watched(), Some(1));
         let sent = drain(&mut d);
-        let observe: Vec<_> = sent
+        let observe: Vec<Rank> = sent
             .iter()
             .filter(|(_, f)| f[1] == FrameKind::Observe as u8)
-            .collect();
-        assert_eq!(observe.len(), 1);
-        assert_eq!(observe[0].0, 1);
-        let notified: Vec<Rank> = sent
-            .iter()
-            .filter(|(_, f)| f[1] == FrameKind::FailureNotice as u8)
             .map(|(to, _)| *to)
             .collect();
-        // First the suspect itself (so it stops if alive), then the neighbours of 3 in 8
-        // ranks at ±1, ±2, ±4, where the -1 walk skips 2 (now dead) to 1.
-        assert_eq!(notified, [2, 1, 4, 5, 7]);
+        assert_eq!(observe, [1]);
+        let got = notices(&d, &sent);
+        // The suspect itself, then the ring predecessor 1.
+        assert_eq!(got[0], (2, DIRECT, 0, alloc::vec![2]));
+        assert_eq!(got[1], (1, DIRECT, 0, alloc::vec![2]));
+        // Increasing tree from 3: offsets 1, 2, 4 are ranks 4, 5, 7 with ranges ending
+        // at 2, 4, 8. Decreasing tree: offset 1 is rank 2 (dead, its range [1, 2) is
+        // empty), offset 2 is rank 1 (range [2, 4)), offset 4 is rank 7 (range [4, 8)).
+        let tree: Vec<(Rank, u8, u32)> =
+            got[2..].iter().map(|(to, c, e, _)| (*to, *c, *e)).collect();
+        assert_eq!(
+            tree,
+            [
+                (4, PLUS, 2),
+                (5, PLUS, 4),
+                (7, PLUS, 8),
+                (1, MINUS, 4),
+                (7, MINUS, 8)
+            ]
+        );
     }
 
     #[test]
@@ -670,20 +883,53 @@ mod tests {
     }
 
     #[test]
-    fn a_replaced_neighbour_gets_the_whole_known_set() {
+    fn a_dead_child_s_range_goes_to_the_next_live_rank_with_everything_known() {
         let mut d = Detector::new(config(16, 0), Instant::ZERO);
-        d.handle_message(Instant::ZERO, 8, &notice(8, 1, &[5], 16))
-            .unwrap();
+        d.handle_timeout(Instant::from_nanos(40 * MS)); // declares 15
         drain(&mut d);
-        // 4 dies: the +4 walk now ends at 6, a new neighbour that must hear of 5 too.
+        // 4, child for offsets [4, 8) of the increasing tree, dies: 5 takes its range.
         d.handle_message(Instant::ZERO, 8, &notice(8, 1, &[4], 16))
             .unwrap();
         let sent = drain(&mut d);
-        let to6 = sent.iter().find(|(to, _)| *to == 6).unwrap();
-        let (_, mut r) = Header::decode(&to6.1, d.context(), 0).unwrap();
-        assert_eq!(r.varint().unwrap(), 2);
-        assert_eq!(r.rankset().unwrap(), RankSet::from_ranks(16, [4, 5]));
-        assert!(sent.iter().all(|(to, _)| *to != 8));
+        let got = notices(&d, &sent);
+        assert!(got.contains(&(5, PLUS, 8, alloc::vec![4, 15])), "{got:?}");
+    }
+
+    #[test]
+    fn a_tree_range_that_misses_the_receiver_is_malformed() {
+        let mut d = Detector::new(config(16, 5), Instant::ZERO);
+        let frame = |end: u32| {
+            Header {
+                kind: FrameKind::FailureNotice,
+                comm: 9,
+                epoch: 0,
+                sender: 1,
+            }
+            .start()
+            .put_varint(1)
+            .put_u8(PLUS)
+            .put_rank(1)
+            .put_varint(1)
+            .put_varint(end.into())
+            .put_rankset(&RankSet::from_ranks(16, [0]))
+            .finish()
+        };
+        // 5 is at offset 4 from origin 1: a range ending at 4 does not hold it.
+        assert!(matches!(
+            d.handle_message(Instant::ZERO, 1, &frame(4)),
+            Err(FrameError::Malformed(_))
+        ));
+        assert!(d.known_dead().is_empty());
+        d.handle_message(Instant::ZERO, 1, &frame(8)).unwrap();
+        // 5 covers [4, 8): offsets 5 and 6 (ranks 6, 7), with ranges ending at 6 and 8.
+        let sent = drain(&mut d);
+        let got = notices(&d, &sent);
+        let tree: Vec<(Rank, u8, u32)> = got
+            .iter()
+            .filter(|n| n.1 != DIRECT)
+            .map(|(to, c, e, _)| (*to, *c, *e))
+            .collect();
+        assert_eq!(tree, [(6, PLUS, 6), (7, PLUS, 8)]);
     }
 
     proptest! {

@@ -192,7 +192,9 @@ impl Protocol for Node {
             return Ok(());
         }
         let (header, payload) = Header::decode(bytes, self.detector.context(), from)?;
-        if self.view.is_known_failed(header.sender) {
+        // The detector's `K_i` equals the view's `L_i ∪ pending` (see the invariants);
+        // one set to look at instead of three.
+        if self.detector.known_dead().contains(header.sender) {
             return Err(FrameError::FromFailedRank(header.sender));
         }
         self.dispatch(now, &header, payload)

@@ -65,6 +65,14 @@ pub enum FrameKind {
     AgreeAccepted = 19,
     /// Agreement: the decided set, down the tree of a decision broadcast.
     AgreeDecide = 20,
+    /// Broadcast: activation of a child (its outputs, ancestors and first subtree part).
+    BcastActivate = 32,
+    /// Broadcast: the rest of an activation's subtree, when it did not fit one frame.
+    BcastSubtree = 33,
+    /// Broadcast: a child asks its parent (or nearest live ancestor) for outputs.
+    BcastRequest = 34,
+    /// Broadcast: one chunk (at most `MAX_CHUNK` bytes) of an output.
+    BcastData = 35,
 }
 
 impl FrameKind {
@@ -79,6 +87,10 @@ impl FrameKind {
         FrameKind::AgreeAccept,
         FrameKind::AgreeAccepted,
         FrameKind::AgreeDecide,
+        FrameKind::BcastActivate,
+        FrameKind::BcastSubtree,
+        FrameKind::BcastRequest,
+        FrameKind::BcastData,
     ];
 
     /// The protocol family the kind belongs to, by code range: `"detector"`, `"revoke"`,

@@ -21,9 +21,18 @@ enum Step {
     /// Raw bytes as a frame from `from`.
     Raw { from: u32, bytes: Vec<u8> },
     /// A well-formed header of `kind` from `from` followed by arbitrary payload bytes.
-    Framed { from: u32, kind: u8, epoch: u8, payload: Vec<u8> },
+    Framed {
+        from: u32,
+        kind: u8,
+        epoch: u8,
+        payload: Vec<u8>,
+    },
     /// A well-formed notice from `from` with `hops` and the ranks `members % n`.
-    Notice { from: u32, hops: u8, members: Vec<u32> },
+    Notice {
+        from: u32,
+        hops: u8,
+        members: Vec<u32>,
+    },
     /// Advance the clock by `micros` and fire due timers.
     Tick { micros: u32 },
     /// Validate locally (node only).
@@ -105,7 +114,11 @@ fuzz_target!(|input: Input| {
                 let kind = FrameKind::ALL[usize::from(kind) % FrameKind::ALL.len()] as u8;
                 Some((from, frame(kind, epoch, from, &payload)))
             }
-            Step::Notice { from, hops, members } => {
+            Step::Notice {
+                from,
+                hops,
+                members,
+            } => {
                 let from = from % n;
                 let set = RankSet::from_ranks(n, members.iter().map(|m| m % n));
                 let f = Header {

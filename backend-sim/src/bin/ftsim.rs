@@ -15,7 +15,11 @@ use backend_sim::plan_file::{self, PlanFormat};
 use backend_sim::scenario::Scenario;
 
 #[derive(Parser)]
-#[command(name = "ftsim", version, about = "Fault-tolerance simulator and broadcast planner")]
+#[command(
+    name = "ftsim",
+    version,
+    about = "Fault-tolerance simulator and broadcast planner"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
