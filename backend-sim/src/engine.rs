@@ -12,19 +12,35 @@
 //! A frame of `b` bytes sent at `t` arrives at `t + latency + b / bandwidth + jitter`,
 //! with `jitter` uniform in `[0, jitter_max)` from the scenario's seed (splitmix64, one
 //! draw per frame). Frames of different pairs may overtake each other; frames of one
-//! pair never do (an arrival is pushed back to the pair's previous arrival if needed).
-//! Frames already sent when their sender dies are still delivered; frames reaching a dead
-//! rank are dropped.
+//! pair never do (an arrival is pushed back behind the pair's previous one; a sender
+//! remembers its last few destinations and, for the others, the latest arrival it
+//! forgot, which every later frame waits for). Frames already sent when their sender
+//! dies are still delivered; frames reaching a dead rank are dropped.
 //!
-//! # Cost
+//! # Why heartbeats are cheap, and why that is faithful
 //!
-//! Per rank the engine keeps the machine, one scheduled wake-up time and an alive flag.
-//! Frames of up to [`INLINE`] bytes (heartbeats, `Observe`, small notices) travel inline
-//! in a slab slot reused through a free list: no allocation per frame. Wake-ups are
-//! scheduled lazily: a rank has at most one pending timer event, re-armed only when its
-//! `poll_timeout` changes (a stale one is skipped when popped). Events sit in a calendar
-//! queue ([`crate::queue`]). Nothing is skipped or approximated: every heartbeat is sent,
-//! delivered and handled by its machine.
+//! Nothing is skipped, merged or approximated: every heartbeat is a real frame, sent by
+//! its machine's timer, carried by the network model (jitter, FIFO), delivered to and
+//! handled by the observer's machine, exactly as a notice is. What is kept cheap is the
+//! engine's bookkeeping around each of them:
+//!
+//! - a frame of up to [`INLINE`] bytes (every heartbeat, `Observe` and notice of a few
+//!   failures) travels inline in a reused slab slot: no allocation per frame, and the
+//!   machine writes it straight into the engine's one transmit buffer;
+//! - a rank has at most one wake-up queued, re-armed only when its `poll_timeout`
+//!   changes (a stale one is skipped when popped), so a healthy rank costs one timer
+//!   event and one delivery per period;
+//! - events sit in a calendar queue ([`crate::queue`]): appending to a bucket instead of
+//!   sifting a heap of millions;
+//! - a rank's machine and the engine's words about it (wake-up, alive flag, FIFO memory)
+//!   sit side by side, so an event touches one region of memory;
+//! - with `"phases": "staggered"` in the scenario, rank `r` beats at `r · period / n`
+//!   instead of a seeded random phase: the same protocol under a different (and common)
+//!   configuration, whose timer events and heartbeat deliveries then come in rank order
+//!   and walk memory sequentially.
+//!
+//! The engine reads only the kind byte of a frame header (to count frames and to kill
+//! a rank at a named step); it knows nothing else of any protocol.
 
 use std::collections::HashMap;
 
@@ -33,7 +49,7 @@ use ft_core::wire::{self, FrameKind};
 use ft_core::{Duration, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
-use crate::scenario::{ActionKind, KillPoint, Scenario};
+use crate::scenario::{ActionKind, KillPoint, Phases, Scenario};
 
 /// Frames up to this many bytes are stored inline (no allocation).
 pub const INLINE: usize = 62;
@@ -84,7 +100,8 @@ pub struct RankSetup {
     pub period: Duration,
     /// Detector timeout.
     pub timeout: Duration,
-    /// A seeded offset in `[0, period)` to spread this rank's heartbeats.
+    /// The offset in `[0, period)` of this rank's heartbeats (seeded or staggered, per
+    /// the scenario).
     pub phase: Duration,
     /// A per-rank seed derived from the scenario's.
     pub seed: u64,
@@ -319,22 +336,70 @@ fn ms(v: f64) -> Instant {
     Instant::from_nanos((v * 1e6).round() as u64)
 }
 
+/// Recent destinations a sender remembers for per-pair FIFO.
+const RECENT: usize = 4;
+
+/// One rank in the engine.
+struct RankSlot<P> {
+    machine: P,
+    /// The wake-up it has queued (`Instant::MAX`: none).
+    wake: Instant,
+    /// Frames it sent (saturating).
+    sent: u32,
+    alive: bool,
+    /// Arrival times of its latest frames to a few destinations, and a floor for every
+    /// other destination: the latest arrival it forgot. A new frame to a remembered
+    /// destination arrives after that destination's last one; to any other, after the
+    /// floor. So frames of a pair never overtake each other, with no per-pair table.
+    recent: [(Rank, u64); RECENT],
+    next_recent: u8,
+    floor: u64,
+}
+
+impl<P> RankSlot<P> {
+    fn new(machine: P) -> Self {
+        RankSlot {
+            machine,
+            wake: Instant::MAX,
+            sent: 0,
+            alive: true,
+            recent: [(Rank::MAX, 0); RECENT],
+            next_recent: 0,
+            floor: 0,
+        }
+    }
+
+    /// The arrival time of a frame to `to` that would arrive at `arrival`, kept after
+    /// every earlier frame of the pair.
+    fn fifo(&mut self, to: Rank, arrival: u64, now: u64) -> u64 {
+        if let Some(entry) = self.recent.iter_mut().find(|(dest, _)| *dest == to) {
+            let at = arrival.max(entry.1);
+            entry.1 = at;
+            return at;
+        }
+        let at = arrival.max(self.floor);
+        let slot = &mut self.recent[usize::from(self.next_recent)];
+        if slot.1 > now {
+            // Forgetting a frame still in flight: every later frame waits for it.
+            self.floor = self.floor.max(slot.1);
+        }
+        *slot = (to, at);
+        self.next_recent = (self.next_recent + 1) % RECENT as u8;
+        at
+    }
+}
+
 /// The simulator: `n` machines, a clock, a network. See the [module docs](self).
 pub struct Sim<P: SimRank> {
     now: Instant,
     until: Instant,
-    machines: Vec<P>,
-    alive: Vec<bool>,
-    /// The wake-up each rank has queued (`Instant::MAX`: none).
-    wake: Vec<Instant>,
-    /// Frames each rank sent.
-    sent: Vec<u32>,
+    /// Per rank: the machine and the engine's few words about it, side by side so one
+    /// event touches one region of memory.
+    slots: Vec<RankSlot<P>>,
     queue: EventQueue<Ev>,
-    slots: Vec<InFlight>,
+    /// Frames in flight, reused through `free_slots`.
+    frames: Vec<InFlight>,
     free_slots: Vec<u32>,
-    /// Per sender: arrival time of its last frame to each destination still in flight
-    /// (so a pair's frames stay in order). Short lists, hot while the sender runs.
-    in_flight_to: Vec<Vec<(Rank, u64)>>,
     net: NetModel,
     extra_send_delay: HashMap<Rank, Duration>,
     rng: SplitMix,
@@ -359,7 +424,13 @@ impl<P: SimRank> Sim<P> {
         let mut machines = Vec::with_capacity(n as usize);
         for rank in 0..n {
             let seed = rng.next_u64();
-            let phase = Duration::from_nanos(SplitMix::new(seed).below(period.as_nanos()));
+            let phase = match scenario.detector.phases {
+                Phases::Random => SplitMix::new(seed).below(period.as_nanos()),
+                Phases::Staggered => {
+                    (u128::from(rank) * u128::from(period.as_nanos()) / u128::from(n)) as u64
+                }
+            };
+            let phase = Duration::from_nanos(phase);
             machines.push(make(&RankSetup {
                 rank,
                 n,
@@ -373,14 +444,10 @@ impl<P: SimRank> Sim<P> {
         let mut sim = Sim {
             now: Instant::ZERO,
             until: ms(scenario.until_ms),
-            machines,
-            alive: vec![true; n as usize],
-            wake: vec![Instant::MAX; n as usize],
-            sent: vec![0; n as usize],
+            slots: machines.into_iter().map(RankSlot::new).collect(),
             queue: EventQueue::new(),
-            slots: Vec::new(),
+            frames: Vec::new(),
             free_slots: Vec::new(),
-            in_flight_to: vec![Vec::new(); n as usize],
             net: NetModel::from_scenario(scenario),
             extra_send_delay: HashMap::new(),
             rng,
@@ -451,23 +518,23 @@ impl<P: SimRank> Sim<P> {
     }
     /// Communicator size.
     pub fn size(&self) -> u32 {
-        self.machines.len() as u32
+        self.slots.len() as u32
     }
     /// Rank `r`'s machine.
     pub fn machine(&self, r: Rank) -> &P {
-        &self.machines[r as usize]
+        &self.slots[r as usize].machine
     }
     /// Rank `r`'s machine, for application commands in tests.
     pub fn machine_mut(&mut self, r: Rank) -> &mut P {
-        &mut self.machines[r as usize]
+        &mut self.slots[r as usize].machine
     }
     /// Whether `r` is still running (neither killed nor stopped).
     pub fn is_alive(&self, r: Rank) -> bool {
-        self.alive[r as usize]
+        self.slots[r as usize].alive
     }
     /// Frames rank `r` sent so far (saturating at `u32::MAX`).
     pub fn frames_sent_by(&self, r: Rank) -> u32 {
-        self.sent[r as usize]
+        self.slots[r as usize].sent
     }
     /// Ranks still running.
     pub fn survivors(&self) -> impl Iterator<Item = Rank> + '_ {
@@ -488,10 +555,10 @@ impl<P: SimRank> Sim<P> {
     pub fn act(&mut self, action: &ActionKind, index: u32) -> Result<(), SimError> {
         P::supports(action).map_err(SimError::Unsupported)?;
         for rank in 0..self.size() {
-            if self.alive[rank as usize] {
+            if self.slots[rank as usize].alive {
                 let now = self.now;
                 // A rank that refuses (e.g. stopped meanwhile) is simply left out.
-                let _ = self.machines[rank as usize].apply(now, action, index);
+                let _ = self.slots[rank as usize].machine.apply(now, action, index);
                 self.settle(rank);
             }
         }
@@ -506,7 +573,7 @@ impl<P: SimRank> Sim<P> {
         match ev {
             Ev::Deliver { to, slot } => {
                 let InFlight { from, payload } = std::mem::replace(
-                    &mut self.slots[slot as usize],
+                    &mut self.frames[slot as usize],
                     InFlight {
                         from: 0,
                         payload: Payload::Inline {
@@ -516,9 +583,9 @@ impl<P: SimRank> Sim<P> {
                     },
                 );
                 self.free_slots.push(slot);
-                if self.alive[to as usize] {
+                if self.slots[to as usize].alive {
                     let now = self.now;
-                    if self.machines[to as usize]
+                    if self.slots[to as usize].machine
                         .handle_message(now, from, payload.bytes())
                         .is_err()
                     {
@@ -528,15 +595,15 @@ impl<P: SimRank> Sim<P> {
                 }
             }
             Ev::Timer { rank } => {
-                if self.alive[rank as usize] && self.wake[rank as usize] == self.now {
-                    self.wake[rank as usize] = Instant::MAX;
+                if self.slots[rank as usize].alive && self.slots[rank as usize].wake == self.now {
+                    self.slots[rank as usize].wake = Instant::MAX;
                     let now = self.now;
-                    self.machines[rank as usize].handle_timeout(now);
+                    self.slots[rank as usize].machine.handle_timeout(now);
                     self.settle(rank);
                 }
             }
             Ev::Kill { rank } => {
-                if self.alive[rank as usize] {
+                if self.slots[rank as usize].alive {
                     self.depart(rank, Departure::Killed(self.now));
                 }
             }
@@ -617,11 +684,11 @@ impl<P: SimRank> Sim<P> {
     // ----- internals -----
 
     fn depart(&mut self, rank: Rank, how: Departure) {
-        if !self.alive[rank as usize] {
+        if !self.slots[rank as usize].alive {
             return;
         }
-        self.alive[rank as usize] = false;
-        self.wake[rank as usize] = Instant::MAX;
+        self.slots[rank as usize].alive = false;
+        self.slots[rank as usize].wake = Instant::MAX;
         self.log.departures.insert(rank, how);
     }
 
@@ -629,8 +696,8 @@ impl<P: SimRank> Sim<P> {
     fn settle(&mut self, rank: Rank) {
         let now = self.now;
         let mut buf = std::mem::take(&mut self.buf);
-        while self.alive[rank as usize] {
-            let Some(t) = self.machines[rank as usize].poll_transmit(now, &mut buf) else {
+        while self.slots[rank as usize].alive {
+            let Some(t) = self.slots[rank as usize].machine.poll_transmit(now, &mut buf) else {
                 break;
             };
             let frame = &buf[..t.len];
@@ -641,12 +708,12 @@ impl<P: SimRank> Sim<P> {
             self.send(rank, t.to, frame);
         }
         self.buf = buf;
-        while let Some(event) = self.machines[rank as usize].poll_event() {
-            if let Some(obs) = self.machines[rank as usize].observe(now, &event) {
+        while let Some(event) = self.slots[rank as usize].machine.poll_event() {
+            if let Some(obs) = self.slots[rank as usize].machine.observe(now, &event) {
                 self.record(rank, obs);
             }
         }
-        if self.alive[rank as usize] && self.machines[rank as usize].is_stopped() {
+        if self.slots[rank as usize].alive && self.slots[rank as usize].machine.is_stopped() {
             self.depart(rank, Departure::Stopped(now));
         }
         self.reschedule(rank);
@@ -672,72 +739,61 @@ impl<P: SimRank> Sim<P> {
     }
 
     fn reschedule(&mut self, rank: Rank) {
-        if !self.alive[rank as usize] {
+        if !self.slots[rank as usize].alive {
             return;
         }
-        let Some(at) = self.machines[rank as usize].poll_timeout() else {
-            self.wake[rank as usize] = Instant::MAX;
+        let Some(at) = self.slots[rank as usize].machine.poll_timeout() else {
+            self.slots[rank as usize].wake = Instant::MAX;
             return;
         };
         let at = at.max(self.now);
-        if self.wake[rank as usize] != at {
-            self.wake[rank as usize] = at;
+        if self.slots[rank as usize].wake != at {
+            self.slots[rank as usize].wake = at;
             self.queue.push(at.as_nanos(), Ev::Timer { rank });
         }
     }
 
     fn send(&mut self, from: Rank, to: Rank, frame: &[u8]) {
         self.log.messages += 1;
-        self.sent[from as usize] = self.sent[from as usize].saturating_add(1);
+        self.slots[from as usize].sent = self.slots[from as usize].sent.saturating_add(1);
         self.log.bytes += frame.len() as u64;
         if let Some(&kind) = frame.get(1) {
             self.log.by_kind[kind as usize] += 1;
         }
-        if to as usize >= self.machines.len() {
+        if to as usize >= self.slots.len() {
             return;
         }
         let mut delay = self.net.latency
             + Duration::from_nanos(self.net.ps_per_byte * frame.len() as u64 / 1000)
             + Duration::from_nanos(self.rng.below(self.net.jitter.as_nanos()));
         self.log.max_delay = self.log.max_delay.max(delay);
-        if let Some(&extra) = self.extra_send_delay.get(&from) {
+        if let Some(&extra) = (!self.extra_send_delay.is_empty())
+            .then(|| self.extra_send_delay.get(&from))
+            .flatten()
+        {
             delay = delay + extra;
         }
         let mut arrival = (self.now + delay).as_nanos();
-        let now = self.now.as_nanos();
-        let recent = &mut self.in_flight_to[from as usize];
-        if recent.len() >= 8 {
-            recent.retain(|&(_, t)| t > now);
-            if recent.capacity() > 16 && recent.len() < 8 {
-                recent.shrink_to(8);
-            }
-        }
-        match recent.iter_mut().find(|(dest, _)| *dest == to) {
-            Some((_, last)) => {
-                arrival = arrival.max(*last);
-                *last = arrival;
-            }
-            None => recent.push((to, arrival)),
-        }
+        arrival = self.slots[from as usize].fifo(to, arrival, self.now.as_nanos());
         let inflight = InFlight {
             from,
             payload: Payload::new(frame),
         };
         let slot = match self.free_slots.pop() {
             Some(s) => {
-                self.slots[s as usize] = inflight;
+                self.frames[s as usize] = inflight;
                 s
             }
             None => {
-                self.slots.push(inflight);
-                (self.slots.len() - 1) as u32
+                self.frames.push(inflight);
+                (self.frames.len() - 1) as u32
             }
         };
         self.queue.push(arrival, Ev::Deliver { to, slot });
     }
 
     fn record(&mut self, rank: Rank, obs: Observation) {
-        let n = self.machines.len();
+        let n = self.slots.len();
         let now = self.now;
         let learn = |log: &mut Log, dead: Rank, hops: u32, suspected: bool| {
             let entry = log.detections.entry(dead).or_insert_with(|| DetectionLog {

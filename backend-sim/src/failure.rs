@@ -90,6 +90,15 @@ pub fn run_scenario(
     scenario: &Scenario,
     options: RunOptions,
 ) -> Result<(Report, std::time::Duration), SimError> {
+    run_scenario_keeping_state(scenario, options).map(|(report, wall, _)| (report, wall))
+}
+
+/// [`run_scenario`], also handing back the finished simulator (a CLI about to exit may
+/// `std::mem::forget` it rather than free millions of small allocations one by one).
+pub fn run_scenario_keeping_state(
+    scenario: &Scenario,
+    options: RunOptions,
+) -> Result<(Report, std::time::Duration, Sim<Node>), SimError> {
     let started = WallInstant::now();
     let mut sim: Sim<Node> = Sim::new(scenario, make_node)?;
     if let Some(max) = options.max_events {
@@ -125,5 +134,5 @@ pub fn run_scenario(
     }
     result?;
     let report = Report::build(&sim, options.per_rank);
-    Ok((report, started.elapsed()))
+    Ok((report, started.elapsed(), sim))
 }

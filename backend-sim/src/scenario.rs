@@ -6,8 +6,9 @@
 //! reports (`line L column C`). Checks across fields follow the parse and name the
 //! offending entry (`kill[2]`, `actions[0]`).
 //!
-//! Extension beyond the contract (optional): `network.jitter_us`, the upper bound of
-//! the uniform random extra delay per message (default: half of `latency_us`).
+//! Extensions beyond the contract (optional): `network.jitter_us`, the upper bound of
+//! the uniform random extra delay per message (default: half of `latency_us`), and
+//! `detector.phases`, `"random"` (default) or `"staggered"` heartbeat phases.
 
 use std::cell::Cell;
 use std::fmt;
@@ -92,6 +93,21 @@ pub struct DetectorSettings {
     /// Silence before suspicion, milliseconds.
     #[serde(deserialize_with = "positive")]
     pub timeout_ms: f64,
+    /// How the ranks' heartbeat phases are spread over the period: `"random"` (from the
+    /// seed, the default) or `"staggered"` (rank `r` at `r · period / n`).
+    #[serde(default)]
+    pub phases: Phases,
+}
+
+/// How heartbeat phases are chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phases {
+    /// Uniform in `[0, period)` from the scenario's seed.
+    #[default]
+    Random,
+    /// Rank `r` at `r · period / n`: evenly spread, in rank order.
+    Staggered,
 }
 
 impl Default for DetectorSettings {
@@ -99,6 +115,7 @@ impl Default for DetectorSettings {
         DetectorSettings {
             period_ms: 10.0,
             timeout_ms: 40.0,
+            phases: Phases::Random,
         }
     }
 }

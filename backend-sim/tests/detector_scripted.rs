@@ -109,8 +109,8 @@ fn a_failure_during_propagation_still_reaches_every_survivor() {
         }
     };
     // Replay, with 6 dying in the middle of it: its batch is the notice to the suspect,
-    // the notice to its ring predecessor 4, the `Observe` to 4, then the tree notices;
-    // it dies before its 6th frame, so only two tree children heard of 5 from it.
+    // the `Observe` to 4, then the tree notices; it dies before its 6th frame, so only
+    // three tree children heard of 5 from it.
     let nth = frames_before_notices + 6;
     let mut sim = group(
         64,

@@ -1524,7 +1524,7 @@ mod tests {
             m in 1usize..5,
             strategy in 0usize..3,
             topology in 0usize..4,
-            kills in prop::collection::vec((0u32..24, 0usize..200), 0..4),
+            kills in prop::collection::vec((0u32..24, 0usize..100), 0..4),
             seed in any::<u64>(),
         ) {
             let spec = random_spec(n, m, seed)

@@ -28,6 +28,9 @@ use ft_core::Rank;
 
 use crate::outputs::OutputSet;
 
+mod masks;
+use masks::refine_by_masks;
+
 /// A class of destinations that need the same outputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Class {
@@ -86,6 +89,9 @@ impl fmt::Display for RefineError {
         }
     }
 }
+
+#[cfg(feature = "std")]
+impl std::error::Error for RefineError {}
 
 /// `split_to` entries: no split target yet in this round.
 const NO_TARGET: u32 = u32::MAX;
@@ -162,10 +168,17 @@ pub fn refine<L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Partition, Refine
         return Err(RefineError::TooManyLists);
     }
     let entries: usize = lists.iter().map(|l| l.as_ref().len()).sum();
-    // The dense array costs 4 bytes per rank of the communicator; use it unless that is
-    // far more than the lists themselves.
+    // The dense array costs up to 8 bytes per rank of the communicator; use it unless
+    // that is far more than the lists themselves.
     let dense = (n as usize) <= entries.saturating_mul(4).saturating_add(1 << 16);
     if dense {
+        match lists.len() {
+            0..=8 => return refine_by_masks::<u8, L>(n, lists),
+            9..=16 => return refine_by_masks::<u16, L>(n, lists),
+            17..=32 => return refine_by_masks::<u32, L>(n, lists),
+            33..=64 => return refine_by_masks::<u64, L>(n, lists),
+            _ => {}
+        }
         // Distinct output sets: at most 2^m, and at most one new class per entry.
         let most_ids = 1u64
             .checked_shl(lists.len().min(63) as u32)

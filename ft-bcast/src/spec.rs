@@ -68,6 +68,9 @@ impl fmt::Display for ParseStrategyError {
     }
 }
 
+#[cfg(feature = "std")]
+impl std::error::Error for ParseStrategyError {}
+
 impl FromStr for Strategy {
     type Err = ParseStrategyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

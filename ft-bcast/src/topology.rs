@@ -137,6 +137,9 @@ impl fmt::Display for ParseTopologyError {
     }
 }
 
+#[cfg(feature = "std")]
+impl std::error::Error for ParseTopologyError {}
+
 impl FromStr for Topology {
     type Err = ParseTopologyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -28,7 +28,8 @@
 //!   `⌈log2 n⌉` hops, for about `2n` frames per declaration (flooding every `±2^k`
 //!   edge would cost `2n⌈log2 n⌉`).
 //! - **Repair.** (a) Whenever `K_i` grows, `i` sends `K_i` to `pred(i)` (the ring edge
-//!   `-1`; also to a new `pred(i)`). (b) When `i` learns that a tree child `c` died,
+//!   `-1`; also to a new `pred(i)`), unless a tree notice to `pred(i)` leaves in the
+//!   same batch (it carries `K_i` as well). (b) When `i` learns that a tree child `c` died,
 //!   `i` sends `c`'s sub-range, with its current `K_i`, to the next rank of that range
 //!   not known dead.
 //! - **Fail-stop.** The declaring rank also sends its notice to the suspect itself (no
@@ -232,6 +233,9 @@ pub struct Detector {
     children: Vec<Child>,
     outbox: VecDeque<Outgoing>,
     events: VecDeque<DetectorEvent>,
+    /// `K_i` grew during this input: it must reach `pred(i)` (rule a), unless a tree
+    /// notice to `pred(i)` already carries it (see [`Detector::flush_ring_edge`]).
+    ring_edge_due: Option<(Rank, u32)>,
 }
 
 /// A decoded notice, checked against this rank's position before anything changes.
@@ -268,6 +272,7 @@ impl Detector {
             children: Vec::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
+            ring_edge_due: None,
         };
         d.watched = d.walk(config.me, 1, false);
         if d.watched.is_some() {
@@ -376,6 +381,7 @@ impl Detector {
                 if let Some((tree, end)) = notice.tree {
                     self.relay(tree, end, notice.hops.saturating_add(1));
                 }
+                self.flush_ring_edge();
                 Ok(())
             }
             other => Err(FrameError::UnexpectedKind(other as u8)),
@@ -506,6 +512,22 @@ impl Detector {
             });
             self.cover(tree, 0, 1, self.config.n, 1);
         }
+        self.flush_ring_edge();
+    }
+
+    /// Sends `K_i` to `pred(i)` if it grew and no queued notice to `pred(i)` carries it
+    /// already (every notice carries the whole `K_i` when it is polled; in the
+    /// decreasing-offset tree, `pred(i)` is often our first child).
+    fn flush_ring_edge(&mut self) {
+        let Some((pred, hops)) = self.ring_edge_due.take() else {
+            return;
+        };
+        let covered = self.outbox.iter().any(
+            |o| matches!(o, Outgoing::Direct { to, .. } | Outgoing::Tree { to, .. } if *to == pred),
+        );
+        if !covered {
+            self.outbox.push_back(Outgoing::Direct { to: pred, hops });
+        }
     }
 
     /// We were asked to cover our subtree of `tree` up to offset `end`.
@@ -582,9 +604,7 @@ impl Detector {
             self.dead.insert(r);
         }
         let watched = self.walk(self.config.me, 1, false);
-        if let Some(p) = watched {
-            self.outbox.push_back(Outgoing::Direct { to: p, hops });
-        }
+        self.ring_edge_due = watched.map(|p| (p, hops));
         for i in 0..self.children.len() {
             let c = self.children[i];
             let Some(gone) = c.child else { continue };
@@ -833,14 +853,14 @@ mod tests {
             .collect();
         assert_eq!(observe, [1]);
         let got = notices(&d, &sent);
-        // The suspect itself, then the ring predecessor 1.
+        // The suspect itself first.
         assert_eq!(got[0], (2, DIRECT, 0, alloc::vec![2]));
-        assert_eq!(got[1], (1, DIRECT, 0, alloc::vec![2]));
         // Increasing tree from 3: offsets 1, 2, 4 are ranks 4, 5, 7 with ranges ending
         // at 2, 4, 8. Decreasing tree: offset 1 is rank 2 (dead, its range [1, 2) is
         // empty), offset 2 is rank 1 (range [2, 4)), offset 4 is rank 7 (range [4, 8)).
+        // The ring predecessor, 1, is a tree child: no separate ring-edge notice.
         let tree: Vec<(Rank, u8, u32)> =
-            got[2..].iter().map(|(to, c, e, _)| (*to, *c, *e)).collect();
+            got[1..].iter().map(|(to, c, e, _)| (*to, *c, *e)).collect();
         assert_eq!(
             tree,
             [

@@ -686,7 +686,7 @@ fn randomized(count: u64, first_seed: u64) {
 
 #[test]
 fn randomized_schedules() {
-    randomized(if cfg!(debug_assertions) { 100 } else { 2_000 }, 0);
+    randomized(if cfg!(debug_assertions) { 40 } else { 2_000 }, 0);
 }
 
 /// The big run: `AGREEMENT_SCHEDULES=100000 cargo test --release --test agreement -- --ignored`.
@@ -741,18 +741,18 @@ fn coordinator_dies_after_some_ranks_returned() {
 
 #[test]
 fn larger_group_with_failures_during_the_agreement() {
-    let n = 2048;
+    let n = if cfg!(debug_assertions) { 512 } else { 2048 };
     let mut sc = Scenario::quiet(n, 11);
     sc.kills = vec![
         (0, Kill::BeforeSend(3)),
         (1, Kill::At(15)),
-        (1024, Kill::BeforeSend(5)),
-        (777, Kill::At(0)),
-        (1500, Kill::At(40)),
+        (n / 2, Kill::BeforeSend(5)),
+        (n / 3, Kill::At(0)),
+        (n - 7, Kill::At(40)),
     ];
     let out = Sim::new(sc).run();
-    assert_eq!(out.survivors, 2043);
-    assert!(out.decisions_per_epoch.iter().all(|&d| d >= 2043));
+    assert_eq!(out.survivors, n as usize - 5);
+    assert!(out.decisions_per_epoch.iter().all(|&d| d >= n as usize - 5));
 }
 
 #[test]
@@ -811,21 +811,5 @@ fn false_suspicion_keeps_validity_and_never_panics() {
             continue;
         }
         let _ = Sim::new(sc).run();
-    }
-}
-
-#[test]
-#[ignore]
-fn profile_slowest() {
-    let mut v = Vec::new();
-    for seed in 0..400u64 {
-        let sc = random_scenario(seed);
-        let t = WallClock::now();
-        let out = Sim::new(sc.clone()).run();
-        v.push((t.elapsed(), sc.n, sc.kills.len(), out.messages));
-    }
-    v.sort();
-    for x in v.iter().rev().take(10) {
-        eprintln!("{x:?}");
     }
 }

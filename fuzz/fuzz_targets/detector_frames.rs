@@ -27,11 +27,17 @@ enum Step {
         epoch: u8,
         payload: Vec<u8>,
     },
-    /// A well-formed notice from `from` with `hops` and the ranks `members % n`.
+    /// A well-formed notice from `from` with `hops` and the ranks `members % n`; in a
+    /// tree (`tree % 3`: 0 none, 1 increasing, 2 decreasing offsets) of `origin % n`,
+    /// declaration `seq`, covering offsets up to `end`.
     Notice {
         from: u32,
         hops: u8,
         members: Vec<u32>,
+        tree: u8,
+        origin: u32,
+        seq: u8,
+        end: u32,
     },
     /// Advance the clock by `micros` and fire due timers.
     Tick { micros: u32 },
@@ -118,20 +124,28 @@ fuzz_target!(|input: Input| {
                 from,
                 hops,
                 members,
+                tree,
+                origin,
+                seq,
+                end,
             } => {
                 let from = from % n;
                 let set = RankSet::from_ranks(n, members.iter().map(|m| m % n));
-                let f = Header {
+                let mut w = Header {
                     kind: FrameKind::FailureNotice,
                     comm: 5,
                     epoch: 0,
                     sender: from,
                 }
-                .start()
-                .put_varint(hops.into())
-                .put_rankset(&set)
-                .finish();
-                Some((from, f))
+                .start();
+                w.put_varint(hops.into()).put_u8(tree % 3);
+                if tree % 3 != 0 {
+                    w.put_rank(origin % n)
+                        .put_varint(seq.into())
+                        .put_varint(u64::from(end % (n + 2)));
+                }
+                w.put_rankset(&set);
+                Some((from, w.finish()))
             }
             Step::Tick { micros } => {
                 now += Duration::from_micros(u64::from(micros));

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use backend_sim::failure::{run_scenario, RunOptions};
+use backend_sim::failure::{run_scenario_keeping_state, RunOptions};
 use backend_sim::plan_file::{self, PlanFormat};
 use backend_sim::scenario::Scenario;
 
@@ -74,8 +74,10 @@ fn main() -> ExitCode {
                 progress: true,
                 max_events,
             };
-            match run_scenario(&scenario, options) {
-                Ok((report, wall)) => {
+            match run_scenario_keeping_state(&scenario, options) {
+                Ok((report, wall, sim)) => {
+                    // The process ends here: no need to free every rank's state.
+                    std::mem::forget(sim);
                     if json {
                         println!("{}", report.to_json());
                     } else {

@@ -1,0 +1,225 @@
+//! Refinement for tasks with at most 64 outputs, where a rank's class *is* its need mask.
+//!
+//! With `m ≤ 64` outputs the set of outputs a rank needs fits in one word, and two ranks
+//! are in the same class exactly when their masks are equal. Refining by `D_j` then
+//! amounts to setting bit `j` in the mask of every rank of `D_j`, and the classes come out
+//! of two passes in rank order over the masks:
+//!
+//! 1. relabel every mask with a dense class id, in order of first appearance (so in order
+//!    of smallest member), counting each class's size;
+//! 2. append each rank to its class's member list, allocated at its final size.
+//!
+//! Every pass is sequential over the lists or the mask array, and the array is the
+//! narrowest word that holds `m` bits (one byte per rank for up to 8 outputs), so the
+//! scattered updates of pass 0 mostly hit cache. The cost is `O(n + Σ|D_j|)`; labels
+//! cost one table lookup per rank for up to 16 outputs and one hash lookup per run of
+//! equal masks beyond.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::ops::{BitAnd, BitOr};
+use hashbrown::HashMap;
+
+use ft_core::Rank;
+
+use super::{Class, Partition, RefineError};
+use crate::outputs::OutputSet;
+
+/// An unsigned word used as a set of at most `BITS` outputs, or (after relabelling) as
+/// a class id.
+pub(super) trait NeedMask:
+    Copy + Eq + BitOr<Output = Self> + BitAnd<Output = Self>
+{
+    /// The empty set; also the id of the class of ranks that need nothing.
+    const EMPTY: Self;
+    /// Maps masks to class ids.
+    type Labels: Labels<Self>;
+    /// `{j}`, for `j < BITS`.
+    fn bit(j: usize) -> Self;
+    /// The word as a `u64` (a mask's bits, or a class id).
+    fn widen(self) -> u64;
+    /// Class id `id` as a word. Ids are below the number of distinct masks, which is at
+    /// most `min(2^BITS, n)`, so they fit.
+    fn from_id(id: u32) -> Self;
+}
+
+/// Dense class ids for masks, `0` for the empty mask and `1, 2, ...` for the others in
+/// order of first appearance.
+pub(super) trait Labels<M>: Sized {
+    fn new() -> Self;
+    /// The id of `mask`, assigning the next one if it is new.
+    fn label(&mut self, mask: M) -> u32;
+    /// The mask of every id, in id order.
+    fn into_masks(self) -> Vec<M>;
+}
+
+/// Labels in a table indexed by the mask (up to 16 outputs: at most 256 KiB).
+pub(super) struct TableLabels<M> {
+    id_of: Vec<u32>,
+    masks: Vec<M>,
+}
+
+/// `TableLabels::id_of` entry of a mask not seen yet (only the empty mask has id 0).
+const UNSEEN: u32 = 0;
+
+impl<M: NeedMask> Labels<M> for TableLabels<M> {
+    fn new() -> Self {
+        TableLabels {
+            id_of: vec![UNSEEN; 1 << mask_bits::<M>()],
+            masks: vec![M::EMPTY],
+        }
+    }
+
+    #[inline]
+    fn label(&mut self, mask: M) -> u32 {
+        let slot = &mut self.id_of[mask.widen() as usize];
+        if *slot == UNSEEN && mask != M::EMPTY {
+            *slot = self.masks.len() as u32;
+            self.masks.push(mask);
+        }
+        *slot
+    }
+
+    fn into_masks(self) -> Vec<M> {
+        self.masks
+    }
+}
+
+/// Labels in a hash map (17 to 64 outputs), with the last mask cached: neighbouring ranks
+/// often share a class.
+pub(super) struct HashLabels<M> {
+    id_of: HashMap<u64, u32>,
+    masks: Vec<M>,
+    last: (M, u32),
+}
+
+impl<M: NeedMask> Labels<M> for HashLabels<M> {
+    fn new() -> Self {
+        let mut id_of = HashMap::new();
+        id_of.insert(M::EMPTY.widen(), 0);
+        HashLabels {
+            id_of,
+            masks: vec![M::EMPTY],
+            last: (M::EMPTY, 0),
+        }
+    }
+
+    #[inline]
+    fn label(&mut self, mask: M) -> u32 {
+        if mask == self.last.0 {
+            return self.last.1;
+        }
+        let next = self.masks.len() as u32;
+        let id = *self.id_of.entry(mask.widen()).or_insert(next);
+        if id == next {
+            self.masks.push(mask);
+        }
+        self.last = (mask, id);
+        id
+    }
+
+    fn into_masks(self) -> Vec<M> {
+        self.masks
+    }
+}
+
+/// Number of bits of `M`.
+fn mask_bits<M: NeedMask>() -> u32 {
+    (core::mem::size_of::<M>() * 8) as u32
+}
+
+macro_rules! need_mask {
+    ($t:ty, $labels:ident) => {
+        impl NeedMask for $t {
+            const EMPTY: Self = 0;
+            type Labels = $labels<$t>;
+            #[inline]
+            fn bit(j: usize) -> Self {
+                1 << j
+            }
+            #[inline]
+            fn widen(self) -> u64 {
+                self.into()
+            }
+            #[inline]
+            fn from_id(id: u32) -> Self {
+                id as $t
+            }
+        }
+    };
+}
+need_mask!(u8, TableLabels);
+need_mask!(u16, TableLabels);
+need_mask!(u32, HashLabels);
+need_mask!(u64, HashLabels);
+
+/// Refines `0..n` by `lists` (at most `M`'s width of them): see the module docs.
+pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
+    n: u32,
+    lists: &[L],
+) -> Result<Partition, RefineError> {
+    debug_assert!(lists.len() <= mask_bits::<M>() as usize);
+    let mut masks = need_masks::<M, L>(n, lists)?;
+
+    // Pass 1: masks become class ids; sizes counted per id.
+    let mut labels = M::Labels::new();
+    let mut sizes: Vec<u32> = vec![0];
+    for word in masks.iter_mut() {
+        let id = labels.label(*word);
+        if id as usize == sizes.len() {
+            sizes.push(0);
+        }
+        sizes[id as usize] += 1;
+        *word = M::from_id(id);
+    }
+
+    // Pass 2: member lists, each allocated once at its final size.
+    let mut classes: Vec<Class> = labels
+        .into_masks()
+        .into_iter()
+        .zip(sizes)
+        .skip(1)
+        .map(|(mask, size)| Class {
+            outputs: output_set(mask.widen()),
+            members: Vec::with_capacity(size as usize),
+        })
+        .collect();
+    for (rank, id) in masks.iter().enumerate() {
+        let id = id.widen() as usize;
+        if id != 0 {
+            classes[id - 1].members.push(rank as Rank);
+        }
+    }
+    Ok(Partition { classes })
+}
+
+/// Pass 0: every rank's need mask, checking ranks and repeats in list order.
+fn need_masks<M: NeedMask, L: AsRef<[Rank]>>(
+    n: u32,
+    lists: &[L],
+) -> Result<Vec<M>, RefineError> {
+    let mut masks: Vec<M> = vec![M::EMPTY; n as usize];
+    for (j, list) in lists.iter().enumerate() {
+        let bit = M::bit(j);
+        for &rank in list.as_ref() {
+            let Some(mask) = masks.get_mut(rank as usize) else {
+                return Err(RefineError::OutOfRange { list: j, rank });
+            };
+            if *mask & bit != M::EMPTY {
+                return Err(RefineError::Duplicate { list: j, rank });
+            }
+            *mask = *mask | bit;
+        }
+    }
+    Ok(masks)
+}
+
+/// The outputs whose bits are set in `bits`.
+fn output_set(mut bits: u64) -> OutputSet {
+    let mut set = OutputSet::new();
+    while bits != 0 {
+        set.insert(bits.trailing_zeros());
+        bits &= bits - 1;
+    }
+    set
+}
