@@ -229,7 +229,6 @@ impl SplitMix {
     }
 }
 
-
 #[derive(Clone, Debug)]
 struct StepKill {
     family: &'static str,
@@ -585,7 +584,8 @@ impl<P: SimRank> Sim<P> {
                 self.free_slots.push(slot);
                 if self.slots[to as usize].alive {
                     let now = self.now;
-                    if self.slots[to as usize].machine
+                    if self.slots[to as usize]
+                        .machine
                         .handle_message(now, from, payload.bytes())
                         .is_err()
                     {
@@ -697,7 +697,10 @@ impl<P: SimRank> Sim<P> {
         let now = self.now;
         let mut buf = std::mem::take(&mut self.buf);
         while self.slots[rank as usize].alive {
-            let Some(t) = self.slots[rank as usize].machine.poll_transmit(now, &mut buf) else {
+            let Some(t) = self.slots[rank as usize]
+                .machine
+                .poll_transmit(now, &mut buf)
+            else {
                 break;
             };
             let frame = &buf[..t.len];

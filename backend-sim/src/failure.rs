@@ -1,5 +1,6 @@
 //! The failure layer ([`ft_core::node::Node`]) as a simulated rank, and the one-call
-//! scenario runner `ftsim run` uses.
+//! scenario runner `ftsim run` uses (which runs the whole stack, [`SimStack`], so
+//! scenarios may broadcast too).
 
 use std::time::Instant as WallInstant;
 
@@ -11,6 +12,7 @@ use ft_core::Instant;
 use crate::engine::{Observation, RankSetup, Sim, SimError, SimRank};
 use crate::report::Report;
 use crate::scenario::{ActionKind, Scenario};
+use crate::stack::SimStack;
 
 /// The detector settings of a simulated rank.
 pub fn detector_config(setup: &RankSetup) -> DetectorConfig {
@@ -40,7 +42,7 @@ impl SimRank for Node {
 
     fn supports(action: &ActionKind) -> Result<(), String> {
         match action {
-            ActionKind::ValidateLocal => Ok(()),
+            ActionKind::ValidateLocal | ActionKind::ValidateGlobal => Ok(()),
             other => Err(format!(
                 "\"{}\" actions are not supported yet by this simulator build",
                 other.name()
@@ -54,7 +56,10 @@ impl SimRank for Node {
                 .validate_local(now)
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
-            ActionKind::ValidateGlobal => self.validate_global(now).map_err(|e| e.to_string()),
+            ActionKind::ValidateGlobal => self
+                .validate_global(now)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
             ActionKind::Broadcast(_) => Err("broadcast is not supported yet".into()),
         }
     }
@@ -67,6 +72,11 @@ impl SimRank for Node {
                 kind: "local",
                 started: now,
                 result: self.view().local().iter().collect(),
+            }),
+            NodeEvent::GlobalValidated { .. } => Some(Observation::Validated {
+                kind: "global",
+                started: now,
+                result: self.view().global().iter().collect(),
             }),
             _ => None,
         }
@@ -84,7 +94,8 @@ pub struct RunOptions {
     pub max_events: Option<u64>,
 }
 
-/// Runs `scenario` with the failure layer on every rank and reports. Also returns the
+/// Runs `scenario` with the whole stack (failure layer and broadcaster) on every rank
+/// and reports. Also returns the
 /// wall time taken.
 pub fn run_scenario(
     scenario: &Scenario,
@@ -98,9 +109,9 @@ pub fn run_scenario(
 pub fn run_scenario_keeping_state(
     scenario: &Scenario,
     options: RunOptions,
-) -> Result<(Report, std::time::Duration, Sim<Node>), SimError> {
+) -> Result<(Report, std::time::Duration, Sim<SimStack>), SimError> {
     let started = WallInstant::now();
-    let mut sim: Sim<Node> = Sim::new(scenario, make_node)?;
+    let mut sim: Sim<SimStack> = Sim::new(scenario, SimStack::factory(scenario))?;
     if let Some(max) = options.max_events {
         sim.set_event_budget(max);
     }

@@ -10,6 +10,8 @@
 //! - [`scenario`]: the scenario file contract;
 //! - [`report`]: the run report contract;
 //! - [`failure`]: the failure layer (`ft_core::node::Node`) as a simulated rank;
+//! - [`stack`]: the whole stack (`ft_bcast::RankStack`) as a simulated rank, with
+//!   broadcast actions;
 //! - [`plan_file`]: `ftsim plan`.
 pub mod engine;
 pub mod failure;
@@ -17,3 +19,4 @@ pub mod plan_file;
 pub mod queue;
 pub mod report;
 pub mod scenario;
+pub mod stack;

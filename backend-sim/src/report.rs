@@ -13,7 +13,7 @@ use serde::Serialize;
 use ft_core::wire::FrameKind;
 use ft_core::{Instant, Rank};
 
-use crate::engine::{Departure, Sim, SimRank};
+use crate::engine::{Departure, ReceivedLog, Sim, SimRank};
 
 /// The run report.
 #[derive(Clone, Debug, Serialize)]
@@ -113,6 +113,30 @@ pub struct Extra {
 
 fn millis(t: Instant) -> f64 {
     t.as_millis_f64()
+}
+
+/// One entry per broadcast, in order of first release: a rank released in several
+/// trees (per-output strategy) gets the union of the outputs and the latest time.
+fn merge_received(logs: &[ReceivedLog]) -> Vec<ReceivedReport> {
+    let mut merged: Vec<ReceivedReport> = Vec::new();
+    for r in logs {
+        match merged.iter_mut().find(|m| m.broadcast == r.broadcast) {
+            Some(m) => {
+                for name in &r.outputs {
+                    if !m.outputs.contains(name) {
+                        m.outputs.push(name.clone());
+                    }
+                }
+                m.finished_ms = m.finished_ms.max(millis(r.finished));
+            }
+            None => merged.push(ReceivedReport {
+                broadcast: r.broadcast,
+                outputs: r.outputs.clone(),
+                finished_ms: millis(r.finished),
+            }),
+        }
+    }
+    merged
 }
 
 impl Report {
@@ -220,15 +244,7 @@ impl Report {
                         received: log
                             .received
                             .get(&rank)
-                            .map(|v| {
-                                v.iter()
-                                    .map(|r| ReceivedReport {
-                                        broadcast: r.broadcast,
-                                        outputs: r.outputs.clone(),
-                                        finished_ms: millis(r.finished),
-                                    })
-                                    .collect()
-                            })
+                            .map(|v| merge_received(v))
                             .unwrap_or_default(),
                     }
                 })

@@ -17,6 +17,7 @@ use std::path::Path;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+use ft_bcast::{OutputSpec, PlanSpec, Strategy, Topology};
 use ft_core::Rank;
 
 thread_local! {
@@ -255,6 +256,33 @@ pub struct Broadcast {
     pub outputs: Vec<Output>,
 }
 
+impl Broadcast {
+    /// The broadcast as a plan spec for a communicator of `ranks` (no failed rank: the
+    /// root adds the ones it knows), checked: a bad topology or strategy name, or a spec
+    /// that cannot be planned (duplicate or empty names, duplicate destinations, the
+    /// root among the destinations), is an error naming the cause.
+    pub fn plan_spec(&self, ranks: u32) -> Result<PlanSpec, String> {
+        let topology: Topology = self
+            .topology
+            .parse()
+            .map_err(|e| format!("{e}, not {:?}", self.topology))?;
+        let strategy: Strategy = self
+            .strategy
+            .parse()
+            .map_err(|e| format!("{e}, not {:?}", self.strategy))?;
+        let mut spec = PlanSpec::new(ranks, self.root)
+            .with_topology(topology)
+            .with_strategy(strategy);
+        spec.outputs = self
+            .outputs
+            .iter()
+            .map(|o| OutputSpec::new(o.name.clone(), o.bytes, o.dests.clone()))
+            .collect();
+        spec.validate().map_err(|e| e.to_string())?;
+        Ok(spec)
+    }
+}
+
 /// One output of a broadcast.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -357,6 +385,9 @@ impl Scenario {
                             "actions[{i}]: rank {r} out of range (ranks = {})",
                             self.ranks
                         ));
+                    }
+                    if let Err(e) = b.plan_spec(self.ranks) {
+                        return invalid(format!("actions[{i}]: broadcast: {e}"));
                     }
                 }
                 Ok(_) => {}

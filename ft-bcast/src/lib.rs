@@ -13,6 +13,8 @@
 //!   [`check`] verifies a plan's invariants.
 //! - [`protocol`]: the per-rank activation machine ([`Broadcaster`]) with the
 //!   [`ft_core::Protocol`] face.
+//! - [`stack`]: one rank's whole stack ([`RankStack`]): the failure layer of `ft-core`
+//!   under the broadcaster, failures passed up as they are learned.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -26,6 +28,7 @@ pub mod plan;
 pub mod protocol;
 pub mod refine;
 pub mod spec;
+pub mod stack;
 pub mod topology;
 
 pub use check::CheckError;
@@ -34,4 +37,5 @@ pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
 pub use protocol::{BcastError, BcastEvent, Broadcaster, Config};
 pub use refine::{refine, Class, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
+pub use stack::{RankStack, StackError, StackEvent};
 pub use topology::{tree_edges, FailedRanks, NoFailures, ParseTopologyError, Topology};

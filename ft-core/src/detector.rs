@@ -59,6 +59,7 @@
 //!   do nothing: it already has the news and covers its own range itself.
 //! - every later notice carries the sender's whole `K`, so the declaration of the last
 //!   death also carries every earlier death to everyone its trees reach.
+//!
 //! The only news that is lost outright is news nobody alive holds (a declaring rank that
 //! died before sending anything); then the ring detects the same death again, because
 //! no survivor skips a rank it does not know dead.

@@ -1,9 +1,26 @@
 //! [`Node`]: one rank's failure layer, composing the [`FailureView`] with the
-//! [`Detector`] (and, once wired, the agreement of `validate_global`).
+//! [`Detector`], the [`Agreement`] of `validate_global`, and the communicator's revoke
+//! flag.
 //!
 //! The node decodes each frame header once, rejects frames from ranks it knows dead,
 //! and dispatches by [`FrameKind::family`]. Every death the detector reports goes to
-//! [`FailureView::report_failed`], where it waits until the application validates.
+//! [`FailureView::report_failed`], where it waits until the application validates, and
+//! to [`Agreement::on_failure`], so a running agreement stops waiting for the dead.
+//! A decision of the agreement is committed with [`FailureView::commit_global`] in the
+//! same call that produced it.
+//!
+//! # Revoke
+//!
+//! [`Node::revoke`] marks the communicator revoked and floods a [`FrameKind::Revoke`]
+//! frame over the circulant graph (peers at `i ± 2^k`, skipping ranks known dead); each
+//! rank forwards it once, on first receipt, and raises [`NodeEvent::Revoked`]. Flooding
+//! (about `2·log2 n` frames per rank, once per communicator) reaches every survivor as
+//! long as the live part of the circulant graph stays connected, which with `2·log2 n`
+//! disjoint-offset edges per rank takes far more deaths than a run of adjacent ranks.
+//! Layers above (broadcasts) fail their in-flight operations with a typed error on that
+//! event. As in ULFM, the failure layer keeps working on a revoked communicator:
+//! `validate_local`, `validate_global` and the shrink renumbering
+//! ([`crate::shrink::Survivors`] of the agreed `G`) are how the application recovers.
 //!
 //! Invariants, after every call: the view's `L_i ∪ pending` equals the detector's
 //! `K_i` (so `G ⊆ L_i ⊆ K_i ⊆ F` under fail-stop enforcement); once the node learns it
@@ -18,13 +35,14 @@
 use alloc::collections::VecDeque;
 use core::fmt;
 
+use crate::agreement::{self, Agreement, AgreementError};
 use crate::detector::{Detector, DetectorConfig, DetectorEvent};
 use crate::error::FrameError;
 use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::time::Instant;
 use crate::view::{Counts, FailureView};
-use crate::wire::{Header, Reader};
+use crate::wire::{self, FrameKind, Header, Reader};
 
 /// What a node reports to the application.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,23 +67,48 @@ pub enum NodeEvent {
     },
     /// `validate_local` finished with these counts (`|L_i|`, newly added).
     LocalValidated(Counts),
+    /// `validate_global` of `epoch` finished: `G` is committed to the view (query it
+    /// there) and every live rank holds the same `G`.
+    GlobalValidated {
+        /// The global validation epoch (1 for the first).
+        epoch: u32,
+        /// `|G|` and how many ranks this validation added to it.
+        counts: Counts,
+    },
+    /// The survivors agreed that this rank is dead (it was falsely suspected); the node
+    /// stopped (fail-stop enforcement).
+    ExcludedSelf {
+        /// The validation epoch that excluded it.
+        epoch: u32,
+    },
+    /// The communicator was revoked (by rank `by`); in-flight operations of the layers
+    /// above fail.
+    Revoked {
+        /// The rank that called `revoke` first, as far as this rank saw.
+        by: Rank,
+    },
 }
 
 /// An application command the node refused; the node is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NodeError {
-    /// The command needs a protocol this build does not wire yet (named).
-    Unsupported(&'static str),
     /// The node was declared dead and stopped.
     Stopped,
+    /// A global validation is already running at this rank (its epoch).
+    ValidationRunning {
+        /// The running epoch.
+        epoch: u32,
+    },
 }
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeError::Unsupported(what) => write!(f, "{what} is not supported yet"),
             NodeError::Stopped => f.write_str("this rank was declared dead and stopped"),
+            NodeError::ValidationRunning { epoch } => {
+                write!(f, "global validation of epoch {epoch} is still running")
+            }
         }
     }
 }
@@ -78,7 +121,11 @@ impl std::error::Error for NodeError {}
 pub struct Node {
     view: FailureView,
     detector: Detector,
+    agreement: Agreement,
     events: VecDeque<NodeEvent>,
+    /// Revoke frames waiting to go out (one per circulant peer, on first knowledge).
+    revoke_out: VecDeque<Rank>,
+    revoked_by: Option<Rank>,
     stopped: bool,
 }
 
@@ -90,8 +137,11 @@ impl Node {
     pub fn new(config: DetectorConfig, now: Instant) -> Self {
         Node {
             view: FailureView::new(config.n, config.me),
+            agreement: Agreement::new(agreement::Config::new(config.n, config.me, config.comm)),
             detector: Detector::new(config, now),
             events: VecDeque::new(),
+            revoke_out: VecDeque::new(),
+            revoked_by: None,
             stopped: false,
         }
     }
@@ -110,9 +160,17 @@ impl Node {
     pub fn detector(&self) -> &Detector {
         &self.detector
     }
+    /// The agreement machine of `validate_global`.
+    pub fn agreement(&self) -> &Agreement {
+        &self.agreement
+    }
     /// Whether this rank was declared dead and stopped.
     pub fn is_stopped(&self) -> bool {
         self.stopped
+    }
+    /// The rank that revoked the communicator, once this rank knows it is revoked.
+    pub fn revoked_by(&self) -> Option<Rank> {
+        self.revoked_by
     }
 
     // ----- application commands -----
@@ -128,31 +186,51 @@ impl Node {
         Ok(counts)
     }
 
-    /// Starts a global validation (collective).
-    ///
-    /// AGREEMENT WIRING POINT: start the agreement machine here with `self.view.local()`
-    /// as this rank's contribution; its decision then goes to `FailureView::commit_global`.
-    pub fn validate_global(&mut self, now: Instant) -> Result<(), NodeError> {
+    /// Starts a global validation (collective: every live rank calls it). This rank
+    /// contributes everything it knows failed (`L_i` and the detector's pending news);
+    /// [`NodeEvent::GlobalValidated`] reports the end, with `G` committed to the view.
+    /// Returns the validation's epoch.
+    pub fn validate_global(&mut self, now: Instant) -> Result<u32, NodeError> {
+        if self.stopped {
+            return Err(NodeError::Stopped);
+        }
+        let contribution = self.view.known_failed();
+        let started = self.agreement.start(now, &contribution);
+        self.absorb_agreement();
+        started.map_err(|e| match e {
+            AgreementError::AlreadyRunning { epoch } => NodeError::ValidationRunning { epoch },
+            // The contribution is built from this node's own view (same universe, ranks in
+            // range): the only other refusal is exclusion, after which the node stopped.
+            _ => NodeError::Stopped,
+        })
+    }
+
+    /// Revokes the communicator: every survivor learns it and raises
+    /// [`NodeEvent::Revoked`]. Idempotent.
+    pub fn revoke(&mut self, now: Instant) -> Result<(), NodeError> {
         let _ = now;
         if self.stopped {
             return Err(NodeError::Stopped);
         }
-        Err(NodeError::Unsupported("validate_global"))
+        self.mark_revoked(self.view.rank());
+        Ok(())
     }
 
     // ----- internals -----
 
-    /// Moves the detector's news into the view and the node's events.
-    fn absorb_detector(&mut self) {
+    /// Moves the detector's news into the view, the agreement and the node's events.
+    fn absorb_detector(&mut self, now: Instant) {
         while let Some(event) = self.detector.poll_event() {
             match event {
                 DetectorEvent::Suspected { rank } => {
                     // The detector never reports this rank or a rank out of range.
                     let _ = self.view.report_failed(rank);
+                    let _ = self.agreement.on_failure(now, rank);
                     self.events.push_back(NodeEvent::Suspected { rank });
                 }
                 DetectorEvent::Learned { rank, hops } => {
                     let _ = self.view.report_failed(rank);
+                    let _ = self.agreement.on_failure(now, rank);
                     self.events.push_back(NodeEvent::Learned { rank, hops });
                 }
                 DetectorEvent::DeclaredDead { by } => {
@@ -160,6 +238,49 @@ impl Node {
                     self.events.push_back(NodeEvent::DeclaredDeadSelf { by });
                 }
             }
+        }
+    }
+
+    /// Commits the agreement's decisions to the view and reports them.
+    fn absorb_agreement(&mut self) {
+        while let Some(event) = self.agreement.poll_event() {
+            match event {
+                agreement::Event::Decided { epoch, agreed } => {
+                    let counts = self.view.commit_global(&agreed);
+                    self.events
+                        .push_back(NodeEvent::GlobalValidated { epoch, counts });
+                }
+                agreement::Event::SelfExcluded { epoch, .. } => {
+                    self.stopped = true;
+                    self.events.push_back(NodeEvent::ExcludedSelf { epoch });
+                }
+            }
+        }
+    }
+
+    /// Records that the communicator is revoked and queues the flood to the circulant
+    /// peers (first knowledge only).
+    fn mark_revoked(&mut self, by: Rank) {
+        if self.revoked_by.is_some() {
+            return;
+        }
+        self.revoked_by = Some(by);
+        self.events.push_back(NodeEvent::Revoked { by });
+        let (n, me) = (self.view.size(), self.view.rank());
+        let mut step: u32 = 1;
+        while step < n {
+            for peer in [(me + step) % n, (me + n - step) % n] {
+                if peer != me
+                    && !self.detector.known_dead().contains(peer)
+                    && !self.revoke_out.contains(&peer)
+                {
+                    self.revoke_out.push_back(peer);
+                }
+            }
+            step = match step.checked_mul(2) {
+                Some(s) => s,
+                None => break,
+            };
         }
     }
 
@@ -172,13 +293,16 @@ impl Node {
         match header.kind.family() {
             "detector" => {
                 let result = self.detector.handle_frame(now, header, payload);
-                self.absorb_detector();
+                self.absorb_detector(now);
+                self.absorb_agreement();
                 result
             }
-            // AGREEMENT DISPATCH POINT: "agree" frames go to the agreement machine, whose
-            // decisions are committed with `FailureView::commit_global`.
-            // BROADCAST/REVOKE: a bigger stack (ft-bcast) sits above this node and takes
-            // "bcast" frames before they reach here.
+            "revoke" => {
+                payload.finish()?;
+                self.mark_revoked(header.sender);
+                Ok(())
+            }
+            // "bcast" frames belong to the broadcast layer stacked above this node.
             _ => Err(FrameError::UnexpectedKind(header.kind as u8)),
         }
     }
@@ -197,6 +321,12 @@ impl Protocol for Node {
         if self.detector.known_dead().contains(header.sender) {
             return Err(FrameError::FromFailedRank(header.sender));
         }
+        if header.kind.family() == "agree" {
+            // The agreement decodes its own payloads (and re-checks the header).
+            let result = self.agreement.handle_message(now, from, bytes);
+            self.absorb_agreement();
+            return result;
+        }
         self.dispatch(now, &header, payload)
     }
 
@@ -205,14 +335,29 @@ impl Protocol for Node {
             return;
         }
         self.detector.handle_timeout(now);
-        self.absorb_detector();
+        self.absorb_detector(now);
+        self.absorb_agreement();
     }
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if self.stopped {
             return None;
         }
-        self.detector.poll_transmit(now, buf)
+        if let Some(t) = self.detector.poll_transmit(now, buf) {
+            return Some(t);
+        }
+        if let Some(t) = self.agreement.poll_transmit(now, buf) {
+            return Some(t);
+        }
+        let to = self.revoke_out.pop_front()?;
+        let header = Header {
+            kind: FrameKind::Revoke,
+            comm: self.detector.context().comm,
+            epoch: 0,
+            sender: self.view.rank(),
+        };
+        let len = wire::copy_out(&header.start().finish(), buf);
+        Some(Transmit { to, len })
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -230,19 +375,52 @@ impl Protocol for Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rankset::RankSet;
     use crate::time::Duration;
+    use alloc::vec::Vec;
 
-    #[test]
-    fn detector_news_waits_for_validate_local() {
-        let config = DetectorConfig {
+    fn config(n: u32, me: Rank) -> DetectorConfig {
+        DetectorConfig {
             comm: 1,
-            n: 4,
-            me: 1,
+            n,
+            me,
             period: Duration::from_millis(10),
             timeout: Duration::from_millis(40),
             phase: Duration::ZERO,
-        };
-        let mut node = Node::new(config, Instant::ZERO);
+        }
+    }
+
+    /// Delivers every queued frame instantly, in send order, until nothing moves, at a
+    /// fixed time (no timer fires). Returns every event seen per rank.
+    fn settle(nodes: &mut [Node], now: Instant, dead: &[Rank]) -> Vec<Vec<NodeEvent>> {
+        let mut events: Vec<Vec<NodeEvent>> = nodes.iter().map(|_| Vec::new()).collect();
+        let mut buf = alloc::vec![0u8; wire::frame_capacity(nodes.len() as u32)];
+        for _ in 0..10_000 {
+            let mut moved = false;
+            for from in 0..nodes.len() {
+                while let Some(t) = nodes[from].poll_transmit(now, &mut buf) {
+                    moved = true;
+                    if !dead.contains(&t.to) {
+                        let frame = buf[..t.len].to_vec();
+                        nodes[t.to as usize]
+                            .handle_message(now, from as Rank, &frame)
+                            .unwrap();
+                    }
+                }
+                while let Some(e) = nodes[from].poll_event() {
+                    events[from].push(e);
+                }
+            }
+            if !moved {
+                return events;
+            }
+        }
+        panic!("frames still moving after 10^4 sweeps");
+    }
+
+    #[test]
+    fn detector_news_waits_for_validate_local() {
+        let mut node = Node::new(config(4, 1), Instant::ZERO);
         node.handle_timeout(Instant::from_nanos(40_000_000));
         assert_eq!(node.poll_event(), Some(NodeEvent::Suspected { rank: 0 }));
         assert!(node.view().pending().contains(0));
@@ -250,9 +428,64 @@ mod tests {
             node.validate_local(Instant::from_nanos(41_000_000)),
             Ok(Counts { failed: 1, new: 1 })
         );
+    }
+
+    #[test]
+    fn validate_global_commits_the_union_at_every_rank() {
+        let now = Instant::from_nanos(1);
+        let mut nodes: Vec<Node> = (0..6)
+            .map(|r| Node::new(config(6, r), Instant::ZERO))
+            .collect();
+        // Rank 4 died; only ranks 0 and 5 know it so far (say, from their detectors).
+        for r in [0, 5] {
+            nodes[r].view_mut().report_failed(4).unwrap();
+            nodes[r].agreement.on_failure(now, 4).unwrap();
+        }
+        for r in [1, 2, 3] {
+            nodes[r].agreement.on_failure(now, 4).unwrap();
+        }
+        for r in [0, 1, 2, 3, 5] {
+            assert_eq!(nodes[r].validate_global(now), Ok(1));
+        }
         assert_eq!(
-            node.validate_global(Instant::from_nanos(41_000_000)),
-            Err(NodeError::Unsupported("validate_global"))
+            nodes[0].validate_global(now),
+            Err(NodeError::ValidationRunning { epoch: 1 })
+        );
+        let events = settle(&mut nodes, now, &[4]);
+        let g = RankSet::from_ranks(6, [4]);
+        for r in [0usize, 1, 2, 3, 5] {
+            let counts = Counts { failed: 1, new: 1 };
+            assert!(
+                events[r].contains(&NodeEvent::GlobalValidated { epoch: 1, counts }),
+                "rank {r}: {:?}",
+                events[r]
+            );
+            assert_eq!(nodes[r].view().global(), &g);
+            assert!(nodes[r].view().is_locally_failed(4));
+        }
+    }
+
+    #[test]
+    fn revoke_floods_every_live_rank_once() {
+        let now = Instant::from_nanos(1);
+        let mut nodes: Vec<Node> = (0..13)
+            .map(|r| Node::new(config(13, r), Instant::ZERO))
+            .collect();
+        nodes[7].revoke(now).unwrap();
+        nodes[7].revoke(now).unwrap();
+        let events = settle(&mut nodes, now, &[]);
+        for (r, seen) in events.iter().enumerate() {
+            let revokes: Vec<_> = seen
+                .iter()
+                .filter(|e| matches!(e, NodeEvent::Revoked { .. }))
+                .collect();
+            assert_eq!(revokes.len(), 1, "rank {r}");
+            assert_eq!(nodes[r].revoked_by().is_some(), true);
+        }
+        assert_eq!(
+            nodes[3].validate_global(now),
+            Ok(1),
+            "validation still works once revoked"
         );
     }
 }

@@ -184,13 +184,62 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
             members: Vec::with_capacity(size as usize),
         })
         .collect();
-    for (rank, id) in masks.iter().enumerate() {
-        let id = id.widen() as usize;
-        if id != 0 {
-            classes[id - 1].members.push(rank as Rank);
+    if classes.len() <= MAX_BLOCKED_CLASSES {
+        fill_blocked(&masks, &mut classes);
+    } else {
+        for (rank, id) in masks.iter().enumerate() {
+            let id = id.widen() as usize;
+            if id != 0 {
+                classes[id - 1].members.push(rank as Rank);
+            }
         }
     }
     Ok(Partition { classes })
+}
+
+/// Ranks per block of [`fill_blocked`]: its scratch (4 bytes a rank) stays in L2.
+const FILL_BLOCK: usize = 16 * 1024;
+
+/// Up to this many classes, [`fill_blocked`] pays for its per-block prefix sums.
+const MAX_BLOCKED_CLASSES: usize = 4096;
+
+/// Appends every rank to its class's members, given class ids (`0` for no class).
+///
+/// Pushing each rank straight to its class writes to as many places at once as there
+/// are classes, and with hundreds of them nearly every store misses the cache. Instead,
+/// each block of ranks is counting-sorted by class into a small scratch buffer that stays
+/// in cache, and every class then receives its run of the block in one copy.
+fn fill_blocked<M: NeedMask>(ids: &[M], classes: &mut [Class]) {
+    let mut scratch: Vec<Rank> = vec![0; FILL_BLOCK.min(ids.len())];
+    // The block's ranks sorted by id go to the scratch, id 0 first. `cursor[id + 1]`
+    // starts as the offset of id's run and ends as the offset of its end, which is also
+    // the start of id + 1's run.
+    let mut cursor: Vec<u32> = vec![0; classes.len() + 2];
+    for (b, block) in ids.chunks(FILL_BLOCK).enumerate() {
+        let first_rank = (b * FILL_BLOCK) as Rank;
+        cursor.iter_mut().for_each(|c| *c = 0);
+        for id in block {
+            cursor[id.widen() as usize + 1] += 1;
+        }
+        let mut total = 0;
+        for c in cursor.iter_mut() {
+            total += *c;
+            *c = total - *c;
+        }
+        for (i, id) in block.iter().enumerate() {
+            let at = &mut cursor[id.widen() as usize + 1];
+            scratch[*at as usize] = first_rank + i as Rank;
+            *at += 1;
+        }
+        // Class k has id k + 1: its run ends at cursor[k + 2] and starts where id k's
+        // run ends, at cursor[k + 1].
+        for (k, class) in classes.iter_mut().enumerate() {
+            let (from, to) = (cursor[k + 1] as usize, cursor[k + 2] as usize);
+            if from < to {
+                class.members.extend_from_slice(&scratch[from..to]);
+            }
+        }
+    }
 }
 
 /// Pass 0: every rank's need mask, checking ranks and repeats in list order.

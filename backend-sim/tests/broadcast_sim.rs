@@ -1,0 +1,393 @@
+//! Broadcasts under the simulator, with the whole stack on every rank (failure detector
+//! and broadcaster): the PaRSEC #624 reproducer through a scenario file, and randomized
+//! runs with kills at random times and at random broadcast send steps.
+//!
+//! What every run must show: every surviving destination releases exactly its outputs,
+//! each once, byte-identical to the root's ([`payload`]); a surviving rank that is not
+//! a destination releases nothing; and no survivor ever sends a broadcast frame
+//! (activation, request, data) to a rank it knows dead, so a dead rank is never used
+//! as a parent again.
+//!
+//! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 400).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use backend_sim::engine::{Observation, RankSetup, Sim, SimRank, SplitMix};
+use backend_sim::failure::{run_scenario, RunOptions};
+use backend_sim::scenario::{ActionKind, Scenario};
+use backend_sim::stack::{payload, SimStack};
+use ft_bcast::StackEvent;
+use ft_core::view::FailureView;
+use ft_core::wire::{FrameKind, MAX_CHUNK};
+use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
+use serde_json::json;
+
+const TOPOLOGIES: [&str; 4] = ["star", "chain", "binomial", "kary:2"];
+const STRATEGIES: [&str; 3] = ["per-class", "fetch-for-descendants", "per-output"];
+
+/// A scenario with one broadcast at `at_ms`.
+fn scenario(
+    ranks: u32,
+    seed: u64,
+    kill: serde_json::Value,
+    broadcast: serde_json::Value,
+    at_ms: f64,
+    until_ms: f64,
+) -> Scenario {
+    let text = json!({
+        "ranks": ranks, "seed": seed,
+        "network": { "latency_us": 1.5, "gbytes_per_s": 10.0 },
+        "detector": { "period_ms": 10, "timeout_ms": 40 },
+        "kill": kill,
+        "actions": [ { "at_ms": at_ms, "broadcast": broadcast } ],
+        "until_ms": until_ms,
+    })
+    .to_string();
+    Scenario::from_json(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Rank -> the output names it needs, from a broadcast action.
+fn needs_of(broadcast: &serde_json::Value) -> BTreeMap<Rank, BTreeSet<String>> {
+    let mut needs: BTreeMap<Rank, BTreeSet<String>> = BTreeMap::new();
+    for o in broadcast["outputs"].as_array().unwrap() {
+        for d in o["dests"].as_array().unwrap() {
+            needs
+                .entry(d.as_u64().unwrap() as Rank)
+                .or_default()
+                .insert(o["name"].as_str().unwrap().to_string());
+        }
+    }
+    needs
+}
+
+#[test]
+fn issue_624_reproducer_and_mirror_under_every_strategy_and_topology() {
+    // #624: A to ranks 1 and 2, B to rank 2 only; the mirror: B to rank 1 only.
+    let shapes = [
+        json!([{"name": "A", "bytes": 1024, "dests": [1, 2]},
+               {"name": "B", "bytes": 4096, "dests": [2]}]),
+        json!([{"name": "A", "bytes": 1024, "dests": [1, 2]},
+               {"name": "B", "bytes": 4096, "dests": [1]}]),
+    ];
+    for outputs in &shapes {
+        for strategy in STRATEGIES {
+            for topology in TOPOLOGIES {
+                let b = json!({"root": 0, "topology": topology, "strategy": strategy,
+                               "outputs": outputs});
+                let s = scenario(3, 1, json!([]), b.clone(), 20.0, 40.0);
+                let options = RunOptions {
+                    per_rank: true,
+                    ..RunOptions::default()
+                };
+                let (report, _) = run_scenario(&s, options).expect("run");
+                let needs = needs_of(&b);
+                for r in report.per_rank.as_ref().unwrap() {
+                    let what = format!("{strategy} {topology} rank {}", r.rank);
+                    assert!(r.alive, "{what}");
+                    let want = needs.get(&r.rank).cloned().unwrap_or_default();
+                    if want.is_empty() {
+                        assert!(r.received.is_empty(), "{what}: {:?}", r.received);
+                        continue;
+                    }
+                    // One entry per broadcast, per-output releases merged.
+                    assert_eq!(r.received.len(), 1, "{what}: {:?}", r.received);
+                    let got: BTreeSet<String> = r.received[0].outputs.iter().cloned().collect();
+                    assert_eq!(got.len(), r.received[0].outputs.len(), "{what}");
+                    assert_eq!(got, want, "{what}");
+                    assert!(r.received[0].finished_ms >= 20.0, "{what}");
+                }
+                assert_eq!(report.extra.rejected, 0, "{strategy} {topology}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_broadcast_actions_are_refused_when_the_scenario_loads() {
+    let base = |b: serde_json::Value| {
+        json!({"ranks": 4, "until_ms": 10, "actions": [{"at_ms": 1, "broadcast": b}]})
+            .to_string()
+    };
+    let cases = [
+        (
+            json!({"root": 0, "topology": "ring", "strategy": "per-class", "outputs": []}),
+            "topology must be one of",
+        ),
+        (
+            json!({"root": 0, "topology": "star", "strategy": "merged", "outputs": []}),
+            "strategy must be one of",
+        ),
+        (
+            json!({"root": 0, "topology": "star", "strategy": "per-class",
+                   "outputs": [{"name": "A", "bytes": 1, "dests": [0, 1]}]}),
+            "actions[0]: broadcast:",
+        ),
+        (
+            json!({"root": 0, "topology": "star", "strategy": "per-class",
+                   "outputs": [{"name": "A", "bytes": 1, "dests": [1]},
+                               {"name": "A", "bytes": 1, "dests": [2]}]}),
+            "actions[0]: broadcast:",
+        ),
+    ];
+    for (b, expected) in cases {
+        let e = Scenario::from_json(&base(b.clone()))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(expected), "{b}: {e}");
+    }
+}
+
+#[test]
+fn the_shipped_scenarios_deliver_to_every_surviving_destination() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    for file in ["broadcast.json", "demo.json"] {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let s = Scenario::from_json(&text).unwrap();
+        let raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let options = RunOptions {
+            per_rank: true,
+            ..RunOptions::default()
+        };
+        let (report, _) = run_scenario(&s, options).expect("run");
+        let per_rank = report.per_rank.as_ref().unwrap();
+        let mut index = 0;
+        for action in raw["actions"].as_array().unwrap() {
+            let Some(b) = action.get("broadcast") else {
+                continue;
+            };
+            let needs = needs_of(b);
+            for r in per_rank.iter().filter(|r| r.alive) {
+                let got: BTreeSet<String> = r
+                    .received
+                    .iter()
+                    .filter(|x| x.broadcast == index)
+                    .flat_map(|x| x.outputs.iter().cloned())
+                    .collect();
+                let want = needs.get(&r.rank).cloned().unwrap_or_default();
+                assert_eq!(got, want, "{file}: broadcast {index} at rank {}", r.rank);
+            }
+            index += 1;
+        }
+        assert!(index > 0, "{file} has no broadcast");
+    }
+}
+
+// ----- randomized runs -----
+
+/// The stack, watched: records every broadcast frame a rank sends to a rank it already
+/// knows dead (there must be none).
+#[derive(Debug)]
+struct Watched {
+    inner: SimStack,
+    to_known_dead: Vec<(Rank, u8)>,
+}
+
+impl Protocol for Watched {
+    type Event = StackEvent;
+    fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
+        self.inner.handle_message(now, from, bytes)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.inner.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let t = self.inner.poll_transmit(now, buf)?;
+        let kind = FrameKind::from_code(buf[1]).expect("own frames are valid");
+        if kind.family() == "bcast" && self.inner.view().is_known_failed(t.to) {
+            self.to_known_dead.push((t.to, buf[1]));
+        }
+        Some(t)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+    fn poll_event(&mut self) -> Option<StackEvent> {
+        self.inner.poll_event()
+    }
+}
+
+impl SimRank for Watched {
+    fn view(&self) -> &FailureView {
+        self.inner.view()
+    }
+    fn is_stopped(&self) -> bool {
+        self.inner.is_stopped()
+    }
+    fn supports(action: &ActionKind) -> Result<(), String> {
+        SimStack::supports(action)
+    }
+    fn apply(&mut self, now: Instant, action: &ActionKind, index: u32) -> Result<(), String> {
+        self.inner.apply(now, action, index)
+    }
+    fn observe(&self, now: Instant, event: &StackEvent) -> Option<Observation> {
+        self.inner.observe(now, event)
+    }
+}
+
+/// One random case: the broadcast action, the kills, and what it exercises.
+struct Case {
+    n: u32,
+    broadcast: serde_json::Value,
+    kill: serde_json::Value,
+    /// Output sizes, by index.
+    sizes: Vec<u64>,
+}
+
+const BROADCAST_AT_MS: f64 = 30.0;
+
+fn random_case(seed: u64) -> Case {
+    let mut rng = SplitMix::new(seed);
+    let n = 3 + rng.below(198) as u32;
+    let root = rng.below(n.into()) as Rank;
+    let m = 1 + rng.below(8) as usize;
+    let mut outputs = Vec::new();
+    let mut sizes = Vec::new();
+    for j in 0..m {
+        let percent = [5, 30, 90][rng.below(3) as usize];
+        let mut dests: Vec<Rank> = (0..n)
+            .filter(|&r| r != root && rng.below(100) < percent)
+            .collect();
+        if dests.is_empty() {
+            dests.push((root + 1 + rng.below(u64::from(n) - 1) as Rank) % n);
+        }
+        let bytes = [0, 1, 100, 3000, 2 * MAX_CHUNK as u64 + 7][rng.below(5) as usize];
+        sizes.push(bytes);
+        outputs.push(json!({"name": format!("o{j}"), "bytes": bytes, "dests": dests}));
+    }
+    let broadcast = json!({
+        "root": root,
+        "topology": TOPOLOGIES[rng.below(4) as usize],
+        "strategy": STRATEGIES[rng.below(3) as usize],
+        "outputs": outputs,
+    });
+    // Up to 4 victims (never the root: without it nobody holds the outputs), each
+    // killed before the broadcast (so the plan holds a rank nobody knows dead yet),
+    // during it, somewhat after, or just before its k-th broadcast frame.
+    let victims = rng.below(5.min(u64::from(n) - 1));
+    let mut kill = Vec::new();
+    let mut chosen = BTreeSet::new();
+    for _ in 0..victims {
+        let rank = (root + 1 + rng.below(u64::from(n) - 1) as Rank) % n;
+        if !chosen.insert(rank) {
+            continue;
+        }
+        let at = match rng.below(4) {
+            0 => BROADCAST_AT_MS - 15.0 * rng.below(1000) as f64 / 1000.0,
+            1 => BROADCAST_AT_MS + 0.05 * rng.below(1000) as f64 / 1000.0,
+            2 => BROADCAST_AT_MS + 60.0 * rng.below(1000) as f64 / 1000.0,
+            _ => {
+                let nth = 1 + rng.below(6);
+                kill.push(json!({"rank": rank, "on": "send", "kind": "bcast", "nth": nth}));
+                continue;
+            }
+        };
+        kill.push(json!({"rank": rank, "at_ms": at}));
+    }
+    Case {
+        n,
+        broadcast,
+        kill: serde_json::Value::Array(kill),
+        sizes,
+    }
+}
+
+/// Runs one case and checks it; returns a description of the failure, if any.
+fn run_case(seed: u64) -> Result<(), String> {
+    let case = random_case(seed);
+    let s = scenario(
+        case.n,
+        seed,
+        case.kill.clone(),
+        case.broadcast.clone(),
+        BROADCAST_AT_MS,
+        300.0,
+    );
+    let mut make = SimStack::factory(&s);
+    let mut sim: Sim<Watched> = Sim::new(&s, |setup: &RankSetup| Watched {
+        inner: make(setup),
+        to_known_dead: Vec::new(),
+    })
+    .map_err(|e| e.to_string())?;
+    sim.set_event_budget(50_000_000);
+    sim.run_to_end(|_| {}).map_err(|e| e.to_string())?;
+
+    let context = || {
+        format!(
+            "seed {seed}: n = {}, kills {}, broadcast {}",
+            case.n, case.kill, case.broadcast
+        )
+    };
+    let needs = needs_of(&case.broadcast);
+    let log = sim.log();
+    for r in 0..case.n {
+        let m = sim.machine(r);
+        if let Some(&(to, kind)) = m.to_known_dead.first() {
+            return Err(format!(
+                "rank {r} sent a frame of kind {kind} to {to}, known dead: {}",
+                context()
+            ));
+        }
+        if !sim.is_alive(r) {
+            continue;
+        }
+        let mut released: BTreeMap<&str, usize> = BTreeMap::new();
+        for entry in log.received.get(&r).into_iter().flatten() {
+            if entry.broadcast != 0 {
+                return Err(format!("rank {r}: unknown broadcast: {}", context()));
+            }
+            for name in &entry.outputs {
+                *released.entry(name.as_str()).or_default() += 1;
+            }
+        }
+        let want = needs.get(&r).cloned().unwrap_or_default();
+        let got: BTreeSet<String> = released.keys().map(|s| s.to_string()).collect();
+        if got != want || released.values().any(|&c| c != 1) {
+            return Err(format!(
+                "rank {r} released {released:?}, needs {want:?}: {}",
+                context()
+            ));
+        }
+        for name in &want {
+            let j: u32 = name[1..].parse().unwrap();
+            let expected = payload(0, j, case.sizes[j as usize]);
+            if m.inner.stack().broadcaster().output(0, j) != Some(&expected[..]) {
+                return Err(format!(
+                    "rank {r}: output {name} differs from the source: {}",
+                    context()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cases() -> u64 {
+    std::env::var("FT_BCAST_SIM_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400)
+}
+
+#[test]
+fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
+    let started = std::time::Instant::now();
+    let count = cases();
+    let failures: Vec<String> = (0..count).filter_map(|seed| run_case(seed).err()).collect();
+    eprintln!(
+        "{count} randomized broadcast simulations in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} runs failed; first ones:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -1,0 +1,461 @@
+//! [`RankStack`]: one rank's whole protocol stack, the failure layer
+//! ([`ft_core::node::Node`]: failure view, detector, agreement) under the broadcast
+//! activation machine ([`Broadcaster`]), behind the library's one state-machine face.
+//!
+//! Routing: the stack decodes each frame's header once, rejects frames whose sender
+//! this rank knows to be dead ([`FrameError::FromFailedRank`]), and hands `"bcast"`
+//! frames to the broadcaster and every other family (detector, agreement, revoke) to
+//! the node.
+//!
+//! Invariants, after every call:
+//! - every rank the node knows dead (`L_i ∪ pending`) is dead for the broadcaster too:
+//!   each failure the node reports ([`NodeEvent::Suspected`], [`NodeEvent::Learned`])
+//!   goes to [`Broadcaster::on_rank_failed`] within the same call, so repair starts at
+//!   once; other node events (validations) re-sync the whole known-failed set, which
+//!   also covers ranks first heard of through an agreement;
+//! - once the node is stopped (it learned it was declared dead), the whole stack is:
+//!   it sends nothing, sets no timer and ignores every input; events already raised can
+//!   still be polled.
+//!
+//! # Call order
+//!
+//! As for every [`Protocol`] (see [`ft_core::machine`]): feed `handle_message`,
+//! `handle_timeout` and application commands ([`RankStack::start_broadcast`],
+//! [`RankStack::validate_local`], [`RankStack::validate_global`]); after each, drain
+//! [`Protocol::poll_transmit`] (node frames first, then broadcast frames), then
+//! [`Protocol::poll_event`]; then sleep until the next frame or
+//! [`Protocol::poll_timeout`] (the earlier of both layers' deadlines).
+//!
+//! A command given to the node directly through [`RankStack::node_mut`] is picked up by
+//! the next `poll_transmit` or `poll_event`, so the usual call order keeps the layers in
+//! step.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::fmt;
+
+use ft_core::detector::DetectorConfig;
+use ft_core::node::{Node, NodeError, NodeEvent};
+use ft_core::wire::{Context, Header};
+use ft_core::{Counts, FrameError, Instant, Protocol, Rank, Transmit};
+
+use crate::plan::Plan;
+use crate::protocol::{BcastError, BcastEvent, Broadcaster, Config};
+use crate::spec::{PlanSpec, SpecError};
+
+/// What the stack reports to the application: the events of either layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StackEvent {
+    /// An event of the failure layer.
+    Node(NodeEvent),
+    /// An event of the broadcast layer.
+    Bcast(BcastEvent),
+}
+
+/// An application command the stack refused; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StackError {
+    /// The failure layer refused the command (stopped, or not supported yet).
+    Node(NodeError),
+    /// The broadcast spec cannot be planned.
+    Spec(SpecError),
+    /// The broadcaster refused the plan or the payloads.
+    Bcast(BcastError),
+}
+
+impl fmt::Display for StackError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StackError::Node(e) => write!(f, "{e}"),
+            StackError::Spec(e) => write!(f, "invalid broadcast: {e}"),
+            StackError::Bcast(e) => write!(f, "broadcast refused: {e}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for StackError {}
+
+/// One rank's failure layer and broadcaster. See the [module documentation](self).
+#[derive(Debug)]
+pub struct RankStack {
+    node: Node,
+    bcast: Broadcaster,
+    ctx: Context,
+    events: VecDeque<StackEvent>,
+}
+
+impl RankStack {
+    /// The stack of rank `config.me`, started at `now`, with the broadcaster's default
+    /// limits ([`Config::new`]).
+    ///
+    /// # Panics
+    /// As [`Node::new`]: if `config.me >= config.n` or the period is zero.
+    pub fn new(config: DetectorConfig, now: Instant) -> Self {
+        let bcast = Config::new(config.comm, config.n, config.me);
+        Self::with_config(config, bcast, now)
+    }
+
+    /// The stack with explicit broadcaster settings.
+    ///
+    /// # Panics
+    /// If the two configurations disagree on the communicator, its size or the rank, or
+    /// as [`Node::new`].
+    pub fn with_config(detector: DetectorConfig, bcast: Config, now: Instant) -> Self {
+        assert!(
+            (bcast.comm, bcast.n, bcast.me) == (detector.comm, detector.n, detector.me),
+            "the detector and broadcaster configurations name different ranks"
+        );
+        RankStack {
+            node: Node::new(detector, now),
+            bcast: Broadcaster::new(bcast),
+            ctx: Context {
+                comm: detector.comm,
+                n: detector.n,
+            },
+            events: VecDeque::new(),
+        }
+    }
+
+    // ----- getters -----
+
+    /// The failure layer.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+    /// The failure layer, for commands such as `view_mut().recognize(..)`. Failures it
+    /// reports reach the broadcaster at the next `poll_transmit`/`poll_event`.
+    pub fn node_mut(&mut self) -> &mut Node {
+        &mut self.node
+    }
+    /// The broadcast layer (e.g. [`Broadcaster::output`] to read released outputs).
+    pub fn broadcaster(&self) -> &Broadcaster {
+        &self.bcast
+    }
+    /// Whether the rank was declared dead and stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.node.is_stopped()
+    }
+
+    // ----- application commands -----
+
+    /// Plans and starts broadcast `task` at this rank (the root of `spec`): the plan
+    /// leaves out `spec.failed` and every rank this rank knows dead; `payloads[j]` is
+    /// output `j`'s bytes.
+    pub fn start_broadcast(
+        &mut self,
+        now: Instant,
+        task: u32,
+        mut spec: PlanSpec,
+        payloads: Vec<Vec<u8>>,
+    ) -> Result<(), StackError> {
+        if self.node.is_stopped() {
+            return Err(StackError::Node(NodeError::Stopped));
+        }
+        if spec.ranks != self.ctx.n || spec.failed.universe() != self.ctx.n {
+            return Err(StackError::Bcast(BcastError::WrongSize { plan: spec.ranks }));
+        }
+        spec.failed.union_with(&self.node.view().known_failed());
+        let plan = Plan::build(spec).map_err(StackError::Spec)?;
+        self.bcast
+            .start_broadcast(now, task, &plan, payloads)
+            .map_err(StackError::Bcast)
+    }
+
+    /// [`Node::validate_local`].
+    pub fn validate_local(&mut self, now: Instant) -> Result<Counts, StackError> {
+        let result = self.node.validate_local(now).map_err(StackError::Node);
+        self.absorb_node(now);
+        result
+    }
+
+    /// [`Node::validate_global`]: starts a global validation; returns its epoch.
+    pub fn validate_global(&mut self, now: Instant) -> Result<u32, StackError> {
+        let result = self.node.validate_global(now).map_err(StackError::Node);
+        self.absorb_node(now);
+        result
+    }
+
+    // ----- internals -----
+
+    /// Moves the node's events to the stack's queue, telling the broadcaster of every
+    /// failure among them.
+    fn absorb_node(&mut self, now: Instant) {
+        while let Some(event) = self.node.poll_event() {
+            match event {
+                NodeEvent::Suspected { rank } | NodeEvent::Learned { rank, .. } => {
+                    self.bcast.on_rank_failed(now, rank);
+                }
+                NodeEvent::DeclaredDeadSelf { .. } => {}
+                // Validations (a global one may teach ranks never reported here one by
+                // one): re-sync; `on_rank_failed` ignores ranks it already knows.
+                _ => {
+                    for rank in self.node.view().known_failed().iter() {
+                        self.bcast.on_rank_failed(now, rank);
+                    }
+                }
+            }
+            self.events.push_back(StackEvent::Node(event));
+        }
+    }
+}
+
+impl Protocol for RankStack {
+    type Event = StackEvent;
+
+    fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
+        if self.node.is_stopped() {
+            return Ok(());
+        }
+        let (header, _) = Header::decode(bytes, self.ctx, from)?;
+        if self.node.view().is_known_failed(header.sender) {
+            return Err(FrameError::FromFailedRank(header.sender));
+        }
+        if header.kind.family() == "bcast" {
+            self.bcast.handle_message(now, from, bytes)
+        } else {
+            let result = self.node.handle_message(now, from, bytes);
+            self.absorb_node(now);
+            result
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.node.is_stopped() {
+            return;
+        }
+        self.node.handle_timeout(now);
+        self.absorb_node(now);
+        self.bcast.handle_timeout(now);
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.absorb_node(now);
+        if self.node.is_stopped() {
+            return None;
+        }
+        self.node
+            .poll_transmit(now, buf)
+            .or_else(|| self.bcast.poll_transmit(now, buf))
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.node.is_stopped() {
+            return None;
+        }
+        match (self.node.poll_timeout(), self.bcast.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<StackEvent> {
+        // `poll_event` has no clock: a failure absorbed here (only after a direct
+        // `node_mut` command with no `poll_transmit` since) is stamped with the last
+        // time the broadcaster saw, which it does not use.
+        if let Some(event) = self.events.pop_front() {
+            return Some(event);
+        }
+        self.bcast.poll_event().map(StackEvent::Bcast)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::OutputSpec;
+    use crate::topology::Topology;
+    use alloc::vec;
+    use ft_core::wire;
+    use ft_core::Duration;
+
+    fn config(n: u32, me: Rank) -> DetectorConfig {
+        DetectorConfig {
+            comm: 3,
+            n,
+            me,
+            period: Duration::from_millis(10),
+            timeout: Duration::from_millis(40),
+            phase: Duration::from_millis(u64::from(me)),
+        }
+    }
+
+    /// A tiny network: every frame takes 1 ms; dead ranks neither send nor receive.
+    struct Net {
+        now: Instant,
+        ranks: Vec<RankStack>,
+        alive: Vec<bool>,
+        in_flight: Vec<(Instant, Rank, Rank, Vec<u8>)>,
+        events: Vec<Vec<StackEvent>>,
+        buf: Vec<u8>,
+    }
+
+    impl Net {
+        fn new(n: u32) -> Self {
+            Net {
+                now: Instant::ZERO,
+                ranks: (0..n)
+                    .map(|me| RankStack::new(config(n, me), Instant::ZERO))
+                    .collect(),
+                alive: vec![true; n as usize],
+                in_flight: Vec::new(),
+                events: (0..n).map(|_| Vec::new()).collect(),
+                buf: vec![0; wire::frame_capacity(n)],
+            }
+        }
+
+        fn settle(&mut self, r: Rank) {
+            let now = self.now;
+            let m = &mut self.ranks[r as usize];
+            while let Some(t) = m.poll_transmit(now, &mut self.buf) {
+                let at = now + Duration::from_millis(1);
+                self.in_flight
+                    .push((at, r, t.to, self.buf[..t.len].to_vec()));
+            }
+            while let Some(e) = m.poll_event() {
+                self.events[r as usize].push(e);
+            }
+        }
+
+        /// Runs every frame and timer up to `until`, in time order.
+        fn run_until(&mut self, until: Instant) {
+            loop {
+                let frame = self
+                    .in_flight
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, f)| f.0)
+                    .map(|(k, f)| (f.0, k));
+                let timer = (0..self.ranks.len())
+                    .filter(|&r| self.alive[r])
+                    .filter_map(|r| self.ranks[r].poll_timeout().map(|t| (t, r)))
+                    .min();
+                let next = match (frame, timer) {
+                    (Some((a, _)), Some((b, _))) => a.min(b),
+                    (Some((a, _)), None) => a,
+                    (None, Some((b, _))) => b,
+                    (None, None) => break,
+                };
+                if next > until {
+                    break;
+                }
+                self.now = self.now.max(next);
+                match (frame, timer) {
+                    (Some((a, k)), _) if a == next => {
+                        let (_, from, to, bytes) = self.in_flight.swap_remove(k);
+                        if self.alive[to as usize] {
+                            let _ = self.ranks[to as usize].handle_message(self.now, from, &bytes);
+                            self.settle(to);
+                        }
+                    }
+                    (_, Some((_, r))) => {
+                        self.ranks[r].handle_timeout(self.now);
+                        self.settle(r as Rank);
+                    }
+                    _ => unreachable!(),
+                }
+            }
+            self.now = until;
+        }
+
+        fn released(&self, r: Rank) -> Vec<u32> {
+            let mut got: Vec<u32> = self.events[r as usize]
+                .iter()
+                .filter_map(|e| match e {
+                    StackEvent::Bcast(BcastEvent::Released { outputs, .. }) => Some(outputs),
+                    _ => None,
+                })
+                .flat_map(|s| s.iter())
+                .collect();
+            got.sort_unstable();
+            got
+        }
+    }
+
+    fn ms(v: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(v)
+    }
+
+    fn spec(n: u32) -> PlanSpec {
+        PlanSpec::new(n, 0)
+            .with_topology(Topology::Chain)
+            .with_output(OutputSpec::new("A", 100, vec![1, 2, 3]))
+            .with_output(OutputSpec::new("B", 70_000, vec![3]))
+    }
+
+    fn payloads() -> Vec<Vec<u8>> {
+        vec![vec![7; 100], (0..70_000u32).map(|i| i as u8).collect()]
+    }
+
+    #[test]
+    fn a_broadcast_runs_beside_the_detector() {
+        let mut net = Net::new(4);
+        net.run_until(ms(25));
+        net.ranks[0]
+            .start_broadcast(net.now, 1, spec(4), payloads())
+            .unwrap();
+        net.settle(0);
+        net.run_until(ms(60));
+        assert_eq!(net.released(1), vec![0]);
+        assert_eq!(net.released(2), vec![0]);
+        assert_eq!(net.released(3), vec![0, 1]);
+        assert_eq!(
+            net.ranks[3].broadcaster().output(1, 1),
+            Some(&payloads()[1][..])
+        );
+    }
+
+    #[test]
+    fn a_relay_found_dead_by_the_detector_is_repaired_around() {
+        // Rank 1 dies before the broadcast: nobody knows yet, so the plan holds it.
+        // Once the detector declares it, 2 and 3 are re-attached to the root.
+        let mut net = Net::new(4);
+        net.run_until(ms(5));
+        net.alive[1] = false;
+        net.ranks[0]
+            .start_broadcast(net.now, 1, spec(4), payloads())
+            .unwrap();
+        net.settle(0);
+        net.run_until(ms(200));
+        for r in [0, 2, 3] {
+            assert!(
+                net.ranks[r].node().view().is_known_failed(1),
+                "rank {r} never learned"
+            );
+        }
+        assert_eq!(net.released(2), vec![0]);
+        assert_eq!(net.released(3), vec![0, 1]);
+        // A later broadcast leaves the known-dead rank out of the plan.
+        net.ranks[0]
+            .start_broadcast(net.now, 2, spec(4), payloads())
+            .unwrap();
+        net.settle(0);
+        net.run_until(ms(220));
+        assert_eq!(net.ranks[3].broadcaster().output(2, 0), Some(&[7u8; 100][..]));
+    }
+
+    #[test]
+    fn frames_from_known_dead_ranks_and_commands_after_a_stop_are_refused() {
+        let mut net = Net::new(4);
+        net.alive[2] = false;
+        net.run_until(ms(200));
+        let frame = Header {
+            kind: ft_core::wire::FrameKind::BcastRequest,
+            comm: 3,
+            epoch: 1,
+            sender: 2,
+        }
+        .start()
+        .finish();
+        assert_eq!(
+            net.ranks[3].handle_message(net.now, 2, &frame),
+            Err(FrameError::FromFailedRank(2))
+        );
+        assert_eq!(
+            net.ranks[1].start_broadcast(net.now, 1, spec(4), payloads()),
+            Err(StackError::Bcast(BcastError::NotRoot { root: 0 }))
+        );
+    }
+}

@@ -1,0 +1,368 @@
+//! Arbitrary frames, failures and timeouts delivered to the activation machines of a small
+//! group: every rank runs a `Broadcaster`, the root has started a broadcast of a plan
+//! built from the input (so real activations, requests and data are in flight), and the
+//! input interleaves delivering in-flight frames (as sent, or with a byte flipped), forged
+//! frames from arbitrary senders (raw bytes, a bcast header with arbitrary payload, or a
+//! well-formed activation / request / data frame with arbitrary fields), `on_rank_failed`
+//! at any machine, and timeouts. Nothing may panic; refused frames are typed errors; every
+//! frame a machine sends decodes with the shared codec, is from itself and goes to a rank
+//! `< n` other than itself.
+#![no_main]
+
+use std::num::NonZeroU32;
+
+use arbitrary::Arbitrary;
+use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec, Strategy, Topology};
+use ft_core::wire::{frame_capacity, Context, FrameKind, Header, HEADER_LEN, VERSION};
+use ft_core::{Duration, Instant, Protocol, Rank};
+use libfuzzer_sys::fuzz_target;
+
+const COMM: u32 = 9;
+/// Keeps what a forged size can make a machine allocate small.
+const MAX_OUTPUT_BYTES: u64 = 1 << 12;
+const MAX_OUTPUTS: u32 = 16;
+
+#[derive(Arbitrary, Debug)]
+struct Output {
+    bytes: u16,
+    dests: Vec<u8>,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Step {
+    /// Deliver in-flight frame `k` (modulo the number in flight).
+    Deliver { k: u16 },
+    /// Deliver a copy of in-flight frame `k` with byte `at` xor-ed with `flip`, without
+    /// removing the original.
+    DeliverFlipped { k: u16, at: u16, flip: u8 },
+    /// Deliver in-flight frame `k` twice.
+    Duplicate { k: u16 },
+    /// Raw bytes to `to` from `from`.
+    Raw { to: u8, from: u8, bytes: Vec<u8> },
+    /// A well-formed header of bcast kind `kind` for `task`, then arbitrary payload.
+    Framed {
+        to: u8,
+        from: u8,
+        kind: u8,
+        task: u8,
+        payload: Vec<u8>,
+    },
+    /// A structurally valid activation with arbitrary contents.
+    Activate {
+        to: u8,
+        from: u8,
+        task: u8,
+        tree: u8,
+        ancestors: Vec<u8>,
+        needs: Vec<u8>,
+        fetch: Vec<u8>,
+        sizes: Vec<u16>,
+        expected: u16,
+        entries: Vec<(u8, u8, Vec<u8>, Vec<u8>)>,
+    },
+    /// A structurally valid subtree continuation with arbitrary contents.
+    Subtree {
+        to: u8,
+        from: u8,
+        task: u8,
+        tree: u8,
+        first: u16,
+        entries: Vec<(u8, u8, Vec<u8>, Vec<u8>)>,
+    },
+    /// A structurally valid request.
+    Request {
+        to: u8,
+        from: u8,
+        task: u8,
+        tree: u8,
+        outputs: Vec<u8>,
+    },
+    /// A structurally valid data chunk.
+    Data {
+        to: u8,
+        from: u8,
+        task: u8,
+        output: u8,
+        total: u16,
+        offset: u16,
+        chunk: Vec<u8>,
+    },
+    /// Machine `at` learns that `rank` died.
+    Fail { at: u8, rank: u8 },
+    /// Every machine learns that `rank` died.
+    FailEverywhere { rank: u8 },
+    /// Time passes; every machine gets `handle_timeout`.
+    Tick { micros: u32 },
+    /// Machine `at` forgets `task`.
+    Forget { at: u8, task: u8 },
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    n: u8,
+    root: u8,
+    task: u8,
+    topology: u8,
+    k: u8,
+    strategy: u8,
+    outputs: Vec<Output>,
+    steps: Vec<Step>,
+}
+
+struct Flight {
+    to: Rank,
+    from: Rank,
+    bytes: Vec<u8>,
+}
+
+fn set_bytes(w: &mut ft_core::wire::Writer, items: &[u8]) {
+    // Delta-coded set: count, then gaps (index = previous + 1 + gap).
+    w.put_varint(items.len() as u64);
+    for &g in items {
+        w.put_varint(u64::from(g % 8));
+    }
+}
+
+fn header(kind: FrameKind, task: u8, from: Rank) -> ft_core::wire::Writer {
+    Header {
+        kind,
+        comm: COMM,
+        epoch: u32::from(task % 4),
+        sender: from,
+    }
+    .start()
+}
+
+fn entries_bytes(w: &mut ft_core::wire::Writer, n: u32, entries: &[(u8, u8, Vec<u8>, Vec<u8>)]) {
+    w.put_varint(entries.len() as u64);
+    for (child, parent, needs, fetch) in entries {
+        w.put_rank(u32::from(*child) % n).put_rank(u32::from(*parent) % n);
+        set_bytes(w, needs);
+        set_bytes(w, fetch);
+    }
+}
+
+fn drain(machines: &mut [Broadcaster], n: u32, buf: &mut [u8], flights: &mut Vec<Flight>) {
+    for (me, m) in machines.iter_mut().enumerate() {
+        let me = me as Rank;
+        while let Some(t) = m.poll_transmit(Instant::ZERO, buf) {
+            assert!(t.to < n && t.to != me, "frame to {} from {me}", t.to);
+            let bytes = buf[..t.len].to_vec();
+            let (h, _) = Header::decode(&bytes, Context { comm: COMM, n }, me)
+                .expect("own frames decode");
+            assert_eq!(h.kind.family(), "bcast");
+            if flights.len() < 4096 {
+                flights.push(Flight { to: t.to, from: me, bytes });
+            }
+        }
+        while m.poll_event().is_some() {}
+        assert_eq!(m.poll_timeout(), None);
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let n = u32::from(input.n % 8) + 2;
+    let root = u32::from(input.root) % n;
+    let topology = match input.topology % 4 {
+        0 => Topology::Star,
+        1 => Topology::Chain,
+        2 => Topology::Binomial,
+        _ => Topology::Kary(NonZeroU32::new(u32::from(input.k % 4)).unwrap_or(NonZeroU32::MIN)),
+    };
+    let strategy = Strategy::ALL[usize::from(input.strategy) % 3];
+    let mut spec = PlanSpec::new(n, root)
+        .with_topology(topology)
+        .with_strategy(strategy);
+    for (j, o) in input.outputs.iter().take(6).enumerate() {
+        let mut dests: Vec<Rank> = o
+            .dests
+            .iter()
+            .map(|&d| u32::from(d) % n)
+            .filter(|&d| d != root)
+            .collect();
+        dests.sort_unstable();
+        dests.dedup();
+        let bytes = u64::from(o.bytes) % (MAX_OUTPUT_BYTES / 2);
+        spec.outputs.push(OutputSpec::new(format!("o{j}"), bytes, dests));
+    }
+    let plan = Plan::build(spec).expect("specs built here are valid");
+    let mut machines: Vec<Broadcaster> = (0..n)
+        .map(|me| {
+            let mut cfg = Config::new(COMM, n, me);
+            cfg.max_output_bytes = MAX_OUTPUT_BYTES;
+            cfg.max_outputs = MAX_OUTPUTS;
+            Broadcaster::new(cfg)
+        })
+        .collect();
+    let payloads: Vec<Vec<u8>> = plan
+        .spec()
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(j, o)| vec![j as u8; o.bytes as usize])
+        .collect();
+    let task = u32::from(input.task % 4);
+    machines[root as usize]
+        .start_broadcast(Instant::ZERO, task, &plan, payloads)
+        .expect("the root starts its own plan");
+    // A second start of the same task is misuse, reported as such.
+    assert!(machines[root as usize]
+        .start_broadcast(Instant::ZERO, task, &plan, Vec::new())
+        .is_err());
+
+    let mut buf = vec![0u8; frame_capacity(n)];
+    let mut flights: Vec<Flight> = Vec::new();
+    let mut now = Instant::ZERO;
+    drain(&mut machines, n, &mut buf, &mut flights);
+    for step in input.steps.into_iter().take(256) {
+        let deliveries: Vec<Flight> = match step {
+            Step::Deliver { k } if !flights.is_empty() => {
+                vec![flights.remove(usize::from(k) % flights.len())]
+            }
+            Step::DeliverFlipped { k, at, flip } if !flights.is_empty() => {
+                let f = &flights[usize::from(k) % flights.len()];
+                let mut bytes = f.bytes.clone();
+                let at = usize::from(at) % bytes.len().max(1);
+                if let Some(b) = bytes.get_mut(at) {
+                    *b ^= flip;
+                }
+                vec![Flight { to: f.to, from: f.from, bytes }]
+            }
+            Step::Duplicate { k } if !flights.is_empty() => {
+                let f = flights.remove(usize::from(k) % flights.len());
+                let copy = Flight { to: f.to, from: f.from, bytes: f.bytes.clone() };
+                vec![f, copy]
+            }
+            Step::Deliver { .. } | Step::DeliverFlipped { .. } | Step::Duplicate { .. } => {
+                Vec::new()
+            }
+            Step::Raw { to, from, bytes } => vec![Flight {
+                to: u32::from(to) % n,
+                from: u32::from(from) % n,
+                bytes,
+            }],
+            Step::Framed {
+                to,
+                from,
+                kind,
+                task,
+                payload,
+            } => {
+                let from = u32::from(from) % n;
+                let kinds = [
+                    FrameKind::BcastActivate,
+                    FrameKind::BcastSubtree,
+                    FrameKind::BcastRequest,
+                    FrameKind::BcastData,
+                ];
+                let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+                bytes.push(VERSION);
+                bytes.push(kinds[usize::from(kind) % kinds.len()] as u8);
+                bytes.extend_from_slice(&COMM.to_le_bytes());
+                bytes.extend_from_slice(&u32::from(task % 4).to_le_bytes());
+                bytes.extend_from_slice(&from.to_le_bytes());
+                bytes.extend_from_slice(&payload);
+                vec![Flight { to: u32::from(to) % n, from, bytes }]
+            }
+            Step::Activate {
+                to,
+                from,
+                task,
+                tree,
+                ancestors,
+                needs,
+                fetch,
+                sizes,
+                expected,
+                entries,
+            } => {
+                let from = u32::from(from) % n;
+                let mut w = header(FrameKind::BcastActivate, task, from);
+                w.put_varint(u64::from(tree % 8));
+                w.put_varint(ancestors.len() as u64);
+                for a in &ancestors {
+                    w.put_rank(u32::from(*a) % n);
+                }
+                set_bytes(&mut w, &needs);
+                set_bytes(&mut w, &fetch);
+                for s in &sizes {
+                    w.put_varint(u64::from(*s));
+                }
+                w.put_varint(u64::from(expected % 16));
+                entries_bytes(&mut w, n, &entries);
+                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+            }
+            Step::Subtree {
+                to,
+                from,
+                task,
+                tree,
+                first,
+                entries,
+            } => {
+                let from = u32::from(from) % n;
+                let mut w = header(FrameKind::BcastSubtree, task, from);
+                w.put_varint(u64::from(tree % 8)).put_varint(u64::from(first % 16));
+                entries_bytes(&mut w, n, &entries);
+                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+            }
+            Step::Request {
+                to,
+                from,
+                task,
+                tree,
+                outputs,
+            } => {
+                let from = u32::from(from) % n;
+                let mut w = header(FrameKind::BcastRequest, task, from);
+                w.put_varint(u64::from(tree % 8));
+                set_bytes(&mut w, &outputs);
+                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+            }
+            Step::Data {
+                to,
+                from,
+                task,
+                output,
+                total,
+                offset,
+                chunk,
+            } => {
+                let from = u32::from(from) % n;
+                let mut w = header(FrameKind::BcastData, task, from);
+                w.put_varint(u64::from(output % 8))
+                    .put_varint(u64::from(total))
+                    .put_varint(u64::from(offset))
+                    .put_bytes(&chunk);
+                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+            }
+            Step::Fail { at, rank } => {
+                let at = usize::from(at) % n as usize;
+                machines[at].on_rank_failed(now, u32::from(rank) % (n + 1));
+                Vec::new()
+            }
+            Step::FailEverywhere { rank } => {
+                for m in machines.iter_mut() {
+                    m.on_rank_failed(now, u32::from(rank) % (n + 1));
+                }
+                Vec::new()
+            }
+            Step::Tick { micros } => {
+                now += Duration::from_micros(u64::from(micros));
+                for m in machines.iter_mut() {
+                    m.handle_timeout(now);
+                }
+                Vec::new()
+            }
+            Step::Forget { at, task } => {
+                machines[usize::from(at) % n as usize].forget(u32::from(task % 4));
+                Vec::new()
+            }
+        };
+        for f in deliveries {
+            // Refusals are typed errors; what matters is that nothing panics.
+            let _ = machines[f.to as usize].handle_message(now, f.from, &f.bytes);
+        }
+        drain(&mut machines, n, &mut buf, &mut flights);
+    }
+});
