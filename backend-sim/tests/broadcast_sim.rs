@@ -8,11 +8,11 @@
 //! (activation, request, data) to a rank it knows dead, so a dead rank is never used
 //! as a parent again.
 //!
-//! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 400).
+//! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 300).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backend_sim::engine::{Observation, RankSetup, Sim, SimRank, SplitMix};
+use backend_sim::engine::{Departure, Observation, RankSetup, Sim, SimRank, SplitMix};
 use backend_sim::failure::{run_scenario, RunOptions};
 use backend_sim::scenario::{ActionKind, Scenario};
 use backend_sim::stack::{payload, SimStack};
@@ -293,8 +293,16 @@ fn random_case(seed: u64) -> Case {
     }
 }
 
+/// Kills that struck a rank while a broadcast was under way (within 1 ms of its start),
+/// and all kills, over a run.
+#[derive(Default)]
+struct Struck {
+    mid_broadcast: usize,
+    total: usize,
+}
+
 /// Runs one case and checks it; returns a description of the failure, if any.
-fn run_case(seed: u64) -> Result<(), String> {
+fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
     let case = random_case(seed);
     let s = scenario(
         case.n,
@@ -313,6 +321,13 @@ fn run_case(seed: u64) -> Result<(), String> {
     sim.set_event_budget(50_000_000);
     sim.run_to_end(|_| {}).map_err(|e| e.to_string())?;
 
+    for how in sim.log().departures.values() {
+        if let Departure::Killed(at) = how {
+            struck.total += 1;
+            let at = at.as_millis_f64();
+            struck.mid_broadcast += usize::from((BROADCAST_AT_MS..BROADCAST_AT_MS + 1.0).contains(&at));
+        }
+    }
     let context = || {
         format!(
             "seed {seed}: n = {}, kills {}, broadcast {}",
@@ -367,18 +382,24 @@ fn cases() -> u64 {
     std::env::var("FT_BCAST_SIM_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(400)
+        .unwrap_or(300)
 }
 
 #[test]
 fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
     let started = std::time::Instant::now();
     let count = cases();
-    let failures: Vec<String> = (0..count).filter_map(|seed| run_case(seed).err()).collect();
+    let mut struck = Struck::default();
+    let failures: Vec<String> = (0..count)
+        .filter_map(|seed| run_case(seed, &mut struck).err())
+        .collect();
     eprintln!(
-        "{count} randomized broadcast simulations in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast",
+        started.elapsed().as_secs_f64(),
+        struck.total,
+        struck.mid_broadcast
     );
+    assert!(struck.mid_broadcast * 10 >= count as usize, "too few kills mid-broadcast");
     assert!(
         failures.is_empty(),
         "{} of {count} runs failed; first ones:\n{}",

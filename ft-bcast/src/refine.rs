@@ -15,9 +15,14 @@
 //!   smallest member. The result depends only on the sets `D_j`, not on the order of
 //!   ranks within a list.
 //!
-//! When `n` is much larger than `Σ|D_j|`, the rank → class map is a hash map instead of
-//! an `n`-entry array, so a huge communicator with few destinations costs memory in the
-//! number of destinations only.
+//! Two implementations give the same result:
+//! - up to 64 outputs with a dense rank map (the common case), a rank's class is its
+//!   need bitmask: one OR per destination entry into an `n`-entry array of the narrowest
+//!   word that holds `m` bits, then two passes in rank order that label and fill the
+//!   classes (module `masks`);
+//! - otherwise the split rounds above, over a rank → class map that is an `n`-entry
+//!   array, or a hash map when `n` is much larger than `Σ|D_j|` (so a huge communicator
+//!   with few destinations costs memory in the number of destinations only).
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -378,6 +383,39 @@ mod tests {
             }
             let distinct: alloc::collections::BTreeSet<Vec<u32>> = needs.values().map(|s| s.iter().collect()).collect();
             prop_assert_eq!(distinct.len(), p.classes.len());
+        }
+
+        /// 13 to 70 outputs: the 16-, 32- and 64-bit masks and the split rounds beyond
+        /// agree with the general rounds (forced by a sparse universe).
+        #[test]
+        fn every_mask_width_agrees_with_the_split_rounds(
+            n in 1u32..200,
+            lists in prop::collection::vec(prop::collection::btree_set(0u32..200, 0..40), 13..70),
+        ) {
+            let lists: Vec<Vec<Rank>> = lists.into_iter().map(|l| l.into_iter().filter(|r| *r < n).collect()).collect();
+            let dense = refine(n, &lists).unwrap();
+            let sparse = refine(n.saturating_mul(1 << 20), &lists).unwrap();
+            prop_assert_eq!(dense, sparse);
+        }
+    }
+
+    #[test]
+    fn mask_widths_report_bad_entries_like_the_rounds() {
+        for m in [1usize, 9, 17, 33, 65] {
+            let mut lists: Vec<Vec<Rank>> = (0..m).map(|j| vec![j as Rank]).collect();
+            lists[m - 1].push(0);
+            lists[m - 1].push(0);
+            assert_eq!(
+                refine(70, &lists),
+                Err(RefineError::Duplicate { list: m - 1, rank: 0 }),
+                "{m} lists"
+            );
+            lists[m - 1] = vec![3, 70];
+            assert_eq!(
+                refine(70, &lists),
+                Err(RefineError::OutOfRange { list: m - 1, rank: 70 }),
+                "{m} lists"
+            );
         }
     }
 }

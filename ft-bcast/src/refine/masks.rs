@@ -46,14 +46,15 @@ pub(super) trait NeedMask:
 /// Dense class ids for masks, `0` for the empty mask and `1, 2, ...` for the others in
 /// order of first appearance.
 pub(super) trait Labels<M>: Sized {
-    fn new() -> Self;
+    /// Labels for masks of `outputs` bits.
+    fn new(outputs: usize) -> Self;
     /// The id of `mask`, assigning the next one if it is new.
     fn label(&mut self, mask: M) -> u32;
     /// The mask of every id, in id order.
     fn into_masks(self) -> Vec<M>;
 }
 
-/// Labels in a table indexed by the mask (up to 16 outputs: at most 256 KiB).
+/// Labels in a table indexed by the mask (`2^m` entries for `m ≤ 16` outputs).
 pub(super) struct TableLabels<M> {
     id_of: Vec<u32>,
     masks: Vec<M>,
@@ -63,9 +64,9 @@ pub(super) struct TableLabels<M> {
 const UNSEEN: u32 = 0;
 
 impl<M: NeedMask> Labels<M> for TableLabels<M> {
-    fn new() -> Self {
+    fn new(outputs: usize) -> Self {
         TableLabels {
-            id_of: vec![UNSEEN; 1 << mask_bits::<M>()],
+            id_of: vec![UNSEEN; 1 << outputs],
             masks: vec![M::EMPTY],
         }
     }
@@ -94,7 +95,7 @@ pub(super) struct HashLabels<M> {
 }
 
 impl<M: NeedMask> Labels<M> for HashLabels<M> {
-    fn new() -> Self {
+    fn new(_outputs: usize) -> Self {
         let mut id_of = HashMap::new();
         id_of.insert(M::EMPTY.widen(), 0);
         HashLabels {
@@ -162,7 +163,7 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
     let mut masks = need_masks::<M, L>(n, lists)?;
 
     // Pass 1: masks become class ids; sizes counted per id.
-    let mut labels = M::Labels::new();
+    let mut labels = M::Labels::new(lists.len());
     let mut sizes: Vec<u32> = vec![0];
     for word in masks.iter_mut() {
         let id = labels.label(*word);
