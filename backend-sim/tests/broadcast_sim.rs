@@ -8,7 +8,8 @@
 //! (activation, request, data) to a rank it knows dead, so a dead rank is never used
 //! as a parent again.
 //!
-//! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 300).
+//! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 300);
+//! `FT_BCAST_SIM_SEED=S` replays the one run of seed `S`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -105,8 +106,7 @@ fn issue_624_reproducer_and_mirror_under_every_strategy_and_topology() {
 #[test]
 fn bad_broadcast_actions_are_refused_when_the_scenario_loads() {
     let base = |b: serde_json::Value| {
-        json!({"ranks": 4, "until_ms": 10, "actions": [{"at_ms": 1, "broadcast": b}]})
-            .to_string()
+        json!({"ranks": 4, "until_ms": 10, "actions": [{"at_ms": 1, "broadcast": b}]}).to_string()
     };
     let cases = [
         (
@@ -325,7 +325,8 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         if let Departure::Killed(at) = how {
             struck.total += 1;
             let at = at.as_millis_f64();
-            struck.mid_broadcast += usize::from((BROADCAST_AT_MS..BROADCAST_AT_MS + 1.0).contains(&at));
+            struck.mid_broadcast +=
+                usize::from((BROADCAST_AT_MS..BROADCAST_AT_MS + 1.0).contains(&at));
         }
     }
     let context = || {
@@ -336,6 +337,16 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
     };
     let needs = needs_of(&case.broadcast);
     let log = sim.log();
+    if std::env::var("FT_BCAST_SIM_DEBUG").is_ok() {
+        eprintln!("departures {:?}", log.departures);
+        for (d, e) in &log.detections {
+            eprintln!("detect {d}: {:?}", e.learned);
+        }
+        for r in 0..case.n {
+            eprintln!("rank {r} received {:?}", log.received.get(&r));
+            eprintln!("rank {r} stack {:#?}", sim.machine(r).inner.stack().broadcaster());
+        }
+    }
     for r in 0..case.n {
         let m = sim.machine(r);
         if let Some(&(to, kind)) = m.to_known_dead.first() {
@@ -378,19 +389,23 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
     Ok(())
 }
 
-fn cases() -> u64 {
-    std::env::var("FT_BCAST_SIM_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300)
+/// The seeds to run: `FT_BCAST_SIM_SEED=s` for one (to replay a failure), else
+/// `0..FT_BCAST_SIM_CASES` (default 300).
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    match var("FT_BCAST_SIM_SEED") {
+        Some(seed) => seed..seed + 1,
+        None => 0..var("FT_BCAST_SIM_CASES").unwrap_or(300),
+    }
 }
 
 #[test]
 fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
     let started = std::time::Instant::now();
-    let count = cases();
+    let seeds = seeds();
+    let count = seeds.end - seeds.start;
     let mut struck = Struck::default();
-    let failures: Vec<String> = (0..count)
+    let failures: Vec<String> = seeds
         .filter_map(|seed| run_case(seed, &mut struck).err())
         .collect();
     eprintln!(
@@ -399,7 +414,10 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         struck.total,
         struck.mid_broadcast
     );
-    assert!(struck.mid_broadcast * 10 >= count as usize, "too few kills mid-broadcast");
+    assert!(
+        struck.mid_broadcast * 10 >= count as usize,
+        "too few kills mid-broadcast"
+    );
     assert!(
         failures.is_empty(),
         "{} of {count} runs failed; first ones:\n{}",

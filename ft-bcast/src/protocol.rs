@@ -1040,6 +1040,10 @@ impl Protocol for Broadcaster {
         if self.dead.contains(from) {
             return Err(FrameError::FromFailedRank(from));
         }
+        // No correct peer is this rank: answering would make it send frames to itself.
+        if from == self.cfg.me {
+            return Err(FrameError::Malformed("frame from self"));
+        }
         let max = self.cfg.max_outputs;
         match h.kind {
             FrameKind::BcastActivate => {
@@ -1442,6 +1446,35 @@ mod tests {
             net.ranks[2].as_ref().unwrap().output(5, 0),
             Some(&payload(0, 100)[..])
         );
+    }
+
+    #[test]
+    fn a_frame_from_this_rank_itself_is_refused() {
+        // Found by the bcast_frames fuzz target: the root answered a request that claimed
+        // to come from itself, queueing data frames addressed to itself.
+        let spec = PlanSpec::new(3, 1)
+            .with_topology(Topology::Star)
+            .with_output(OutputSpec::new("A", 100, vec![0, 2]));
+        let plan = Plan::build(spec).unwrap();
+        let mut net = Net::new(3, 1);
+        let root = net.ranks[1].as_mut().unwrap();
+        root.start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
+            .unwrap();
+        while root.poll_transmit(Instant::ZERO, &mut net.buf).is_some() {}
+        let mut w = Header {
+            kind: FrameKind::BcastRequest,
+            comm: 9,
+            epoch: 5,
+            sender: 1,
+        }
+        .start();
+        w.put_varint(0);
+        put_set(&mut w, &OutputSet::single(0));
+        assert_eq!(
+            root.handle_message(Instant::ZERO, 1, &w.finish()),
+            Err(FrameError::Malformed("frame from self"))
+        );
+        assert!(root.poll_transmit(Instant::ZERO, &mut net.buf).is_none());
     }
 
     #[test]

@@ -407,13 +407,19 @@ mod tests {
             lists[m - 1].push(0);
             assert_eq!(
                 refine(70, &lists),
-                Err(RefineError::Duplicate { list: m - 1, rank: 0 }),
+                Err(RefineError::Duplicate {
+                    list: m - 1,
+                    rank: 0
+                }),
                 "{m} lists"
             );
             lists[m - 1] = vec![3, 70];
             assert_eq!(
                 refine(70, &lists),
-                Err(RefineError::OutOfRange { list: m - 1, rank: 70 }),
+                Err(RefineError::OutOfRange {
+                    list: m - 1,
+                    rank: 70
+                }),
                 "{m} lists"
             );
         }

@@ -27,8 +27,8 @@
 //! [`Protocol::poll_timeout`] (the earlier of both layers' deadlines).
 //!
 //! A command given to the node directly through [`RankStack::node_mut`] is picked up by
-//! the next `poll_transmit` or `poll_event`, so the usual call order keeps the layers in
-//! step.
+//! the next `poll_transmit` (which absorbs the node's events first), so the usual call
+//! order keeps the layers in step.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -125,8 +125,9 @@ impl RankStack {
     pub fn node(&self) -> &Node {
         &self.node
     }
-    /// The failure layer, for commands such as `view_mut().recognize(..)`. Failures it
-    /// reports reach the broadcaster at the next `poll_transmit`/`poll_event`.
+    /// The failure layer, for commands such as `view_mut().recognize(..)`. What it
+    /// reports reaches the broadcaster and the stack's events at the next
+    /// `poll_transmit`.
     pub fn node_mut(&mut self) -> &mut Node {
         &mut self.node
     }
@@ -155,7 +156,9 @@ impl RankStack {
             return Err(StackError::Node(NodeError::Stopped));
         }
         if spec.ranks != self.ctx.n || spec.failed.universe() != self.ctx.n {
-            return Err(StackError::Bcast(BcastError::WrongSize { plan: spec.ranks }));
+            return Err(StackError::Bcast(BcastError::WrongSize {
+                plan: spec.ranks,
+            }));
         }
         spec.failed.union_with(&self.node.view().known_failed());
         let plan = Plan::build(spec).map_err(StackError::Spec)?;
@@ -252,9 +255,6 @@ impl Protocol for RankStack {
     }
 
     fn poll_event(&mut self) -> Option<StackEvent> {
-        // `poll_event` has no clock: a failure absorbed here (only after a direct
-        // `node_mut` command with no `poll_transmit` since) is stamped with the last
-        // time the broadcaster saw, which it does not use.
         if let Some(event) = self.events.pop_front() {
             return Some(event);
         }
@@ -287,6 +287,8 @@ mod tests {
         now: Instant,
         ranks: Vec<RankStack>,
         alive: Vec<bool>,
+        /// Ranks whose frames are lost (alive, but silent to the others).
+        muted: Vec<bool>,
         in_flight: Vec<(Instant, Rank, Rank, Vec<u8>)>,
         events: Vec<Vec<StackEvent>>,
         buf: Vec<u8>,
@@ -300,6 +302,7 @@ mod tests {
                     .map(|me| RankStack::new(config(n, me), Instant::ZERO))
                     .collect(),
                 alive: vec![true; n as usize],
+                muted: vec![false; n as usize],
                 in_flight: Vec::new(),
                 events: (0..n).map(|_| Vec::new()).collect(),
                 buf: vec![0; wire::frame_capacity(n)],
@@ -310,6 +313,9 @@ mod tests {
             let now = self.now;
             let m = &mut self.ranks[r as usize];
             while let Some(t) = m.poll_transmit(now, &mut self.buf) {
+                if self.muted[r as usize] {
+                    continue;
+                }
                 let at = now + Duration::from_millis(1);
                 self.in_flight
                     .push((at, r, t.to, self.buf[..t.len].to_vec()));
@@ -433,11 +439,14 @@ mod tests {
             .unwrap();
         net.settle(0);
         net.run_until(ms(220));
-        assert_eq!(net.ranks[3].broadcaster().output(2, 0), Some(&[7u8; 100][..]));
+        assert_eq!(
+            net.ranks[3].broadcaster().output(2, 0),
+            Some(&[7u8; 100][..])
+        );
     }
 
     #[test]
-    fn frames_from_known_dead_ranks_and_commands_after_a_stop_are_refused() {
+    fn frames_from_known_dead_ranks_are_refused_and_only_the_root_starts() {
         let mut net = Net::new(4);
         net.alive[2] = false;
         net.run_until(ms(200));
@@ -457,5 +466,30 @@ mod tests {
             net.ranks[1].start_broadcast(net.now, 1, spec(4), payloads()),
             Err(StackError::Bcast(BcastError::NotRoot { root: 0 }))
         );
+    }
+
+    #[test]
+    fn a_rank_declared_dead_stops_the_whole_stack() {
+        // Rank 2's frames are lost: the others declare it dead, and their notice tells it.
+        let mut net = Net::new(4);
+        net.muted[2] = true;
+        net.run_until(ms(200));
+        let stack = &mut net.ranks[2];
+        assert!(stack.is_stopped());
+        assert!(net.events[2]
+            .iter()
+            .any(|e| matches!(e, StackEvent::Node(NodeEvent::DeclaredDeadSelf { .. }))));
+        assert_eq!(stack.poll_timeout(), None);
+        assert_eq!(stack.poll_transmit(net.now, &mut net.buf), None);
+        assert_eq!(
+            stack.start_broadcast(net.now, 9, spec(4), payloads()),
+            Err(StackError::Node(NodeError::Stopped))
+        );
+        net.ranks[0]
+            .start_broadcast(net.now, 1, spec(4), payloads())
+            .unwrap();
+        net.settle(0);
+        net.run_until(ms(210));
+        assert_eq!(net.released(3), vec![0, 1], "2 is left out of the plan");
     }
 }

@@ -32,6 +32,7 @@
 //! ([`Node::validate_local`], [`Node::validate_global`]) in, then drain `poll_transmit`,
 //! then `poll_event`.
 
+use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use core::fmt;
 
@@ -121,7 +122,10 @@ impl std::error::Error for NodeError {}
 pub struct Node {
     view: FailureView,
     detector: Detector,
-    agreement: Agreement,
+    /// Created on first use (a `validate_global` or an agreement frame): an idle rank of
+    /// a million-rank simulation should not carry one. It learns every death the
+    /// detector knew before its creation at creation.
+    agreement: Option<Box<Agreement>>,
     events: VecDeque<NodeEvent>,
     /// Revoke frames waiting to go out (one per circulant peer, on first knowledge).
     revoke_out: VecDeque<Rank>,
@@ -137,7 +141,7 @@ impl Node {
     pub fn new(config: DetectorConfig, now: Instant) -> Self {
         Node {
             view: FailureView::new(config.n, config.me),
-            agreement: Agreement::new(agreement::Config::new(config.n, config.me, config.comm)),
+            agreement: None,
             detector: Detector::new(config, now),
             events: VecDeque::new(),
             revoke_out: VecDeque::new(),
@@ -161,8 +165,9 @@ impl Node {
         &self.detector
     }
     /// The agreement machine of `validate_global`.
-    pub fn agreement(&self) -> &Agreement {
-        &self.agreement
+    /// `None` until this rank first took part in a global validation.
+    pub fn agreement(&self) -> Option<&Agreement> {
+        self.agreement.as_deref()
     }
     /// Whether this rank was declared dead and stopped.
     pub fn is_stopped(&self) -> bool {
@@ -195,7 +200,7 @@ impl Node {
             return Err(NodeError::Stopped);
         }
         let contribution = self.view.known_failed();
-        let started = self.agreement.start(now, &contribution);
+        let started = self.agreement_mut(now).start(now, &contribution);
         self.absorb_agreement();
         started.map_err(|e| match e {
             AgreementError::AlreadyRunning { epoch } => NodeError::ValidationRunning { epoch },
@@ -225,12 +230,12 @@ impl Node {
                 DetectorEvent::Suspected { rank } => {
                     // The detector never reports this rank or a rank out of range.
                     let _ = self.view.report_failed(rank);
-                    let _ = self.agreement.on_failure(now, rank);
+                    self.tell_agreement(now, rank);
                     self.events.push_back(NodeEvent::Suspected { rank });
                 }
                 DetectorEvent::Learned { rank, hops } => {
                     let _ = self.view.report_failed(rank);
-                    let _ = self.agreement.on_failure(now, rank);
+                    self.tell_agreement(now, rank);
                     self.events.push_back(NodeEvent::Learned { rank, hops });
                 }
                 DetectorEvent::DeclaredDead { by } => {
@@ -241,9 +246,35 @@ impl Node {
         }
     }
 
+    /// The agreement machine, created on first use with every death known so far.
+    fn agreement_mut(&mut self, now: Instant) -> &mut Agreement {
+        let view = &self.view;
+        let known_dead = self.detector.known_dead();
+        self.agreement.get_or_insert_with(|| {
+            let config =
+                agreement::Config::new(view.size(), view.rank(), self.detector.context().comm);
+            let mut agreement = Agreement::new(config);
+            for rank in known_dead.iter() {
+                // Ranks from the detector: in range and never this rank.
+                let _ = agreement.on_failure(now, rank);
+            }
+            Box::new(agreement)
+        })
+    }
+
+    /// Passes a death to the agreement, if it exists (a later one learns it at creation).
+    fn tell_agreement(&mut self, now: Instant, rank: Rank) {
+        if let Some(agreement) = &mut self.agreement {
+            let _ = agreement.on_failure(now, rank);
+        }
+    }
+
     /// Commits the agreement's decisions to the view and reports them.
     fn absorb_agreement(&mut self) {
-        while let Some(event) = self.agreement.poll_event() {
+        let Some(agreement) = &mut self.agreement else {
+            return;
+        };
+        while let Some(event) = agreement.poll_event() {
             match event {
                 agreement::Event::Decided { epoch, agreed } => {
                     let counts = self.view.commit_global(&agreed);
@@ -323,7 +354,7 @@ impl Protocol for Node {
         }
         if header.kind.family() == "agree" {
             // The agreement decodes its own payloads (and re-checks the header).
-            let result = self.agreement.handle_message(now, from, bytes);
+            let result = self.agreement_mut(now).handle_message(now, from, bytes);
             self.absorb_agreement();
             return result;
         }
@@ -346,7 +377,11 @@ impl Protocol for Node {
         if let Some(t) = self.detector.poll_transmit(now, buf) {
             return Some(t);
         }
-        if let Some(t) = self.agreement.poll_transmit(now, buf) {
+        if let Some(t) = self
+            .agreement
+            .as_mut()
+            .and_then(|a| a.poll_transmit(now, buf))
+        {
             return Some(t);
         }
         let to = self.revoke_out.pop_front()?;
@@ -439,10 +474,10 @@ mod tests {
         // Rank 4 died; only ranks 0 and 5 know it so far (say, from their detectors).
         for r in [0, 5] {
             nodes[r].view_mut().report_failed(4).unwrap();
-            nodes[r].agreement.on_failure(now, 4).unwrap();
+            nodes[r].agreement_mut(now).on_failure(now, 4).unwrap();
         }
         for r in [1, 2, 3] {
-            nodes[r].agreement.on_failure(now, 4).unwrap();
+            nodes[r].agreement_mut(now).on_failure(now, 4).unwrap();
         }
         for r in [0, 1, 2, 3, 5] {
             assert_eq!(nodes[r].validate_global(now), Ok(1));
@@ -480,7 +515,7 @@ mod tests {
                 .filter(|e| matches!(e, NodeEvent::Revoked { .. }))
                 .collect();
             assert_eq!(revokes.len(), 1, "rank {r}");
-            assert_eq!(nodes[r].revoked_by().is_some(), true);
+            assert!(nodes[r].revoked_by().is_some());
         }
         assert_eq!(
             nodes[3].validate_global(now),

@@ -136,7 +136,8 @@ fn header(kind: FrameKind, task: u8, from: Rank) -> ft_core::wire::Writer {
 fn entries_bytes(w: &mut ft_core::wire::Writer, n: u32, entries: &[(u8, u8, Vec<u8>, Vec<u8>)]) {
     w.put_varint(entries.len() as u64);
     for (child, parent, needs, fetch) in entries {
-        w.put_rank(u32::from(*child) % n).put_rank(u32::from(*parent) % n);
+        w.put_rank(u32::from(*child) % n)
+            .put_rank(u32::from(*parent) % n);
         set_bytes(w, needs);
         set_bytes(w, fetch);
     }
@@ -148,11 +149,15 @@ fn drain(machines: &mut [Broadcaster], n: u32, buf: &mut [u8], flights: &mut Vec
         while let Some(t) = m.poll_transmit(Instant::ZERO, buf) {
             assert!(t.to < n && t.to != me, "frame to {} from {me}", t.to);
             let bytes = buf[..t.len].to_vec();
-            let (h, _) = Header::decode(&bytes, Context { comm: COMM, n }, me)
-                .expect("own frames decode");
+            let (h, _) =
+                Header::decode(&bytes, Context { comm: COMM, n }, me).expect("own frames decode");
             assert_eq!(h.kind.family(), "bcast");
             if flights.len() < 4096 {
-                flights.push(Flight { to: t.to, from: me, bytes });
+                flights.push(Flight {
+                    to: t.to,
+                    from: me,
+                    bytes,
+                });
             }
         }
         while m.poll_event().is_some() {}
@@ -183,7 +188,8 @@ fuzz_target!(|input: Input| {
         dests.sort_unstable();
         dests.dedup();
         let bytes = u64::from(o.bytes) % (MAX_OUTPUT_BYTES / 2);
-        spec.outputs.push(OutputSpec::new(format!("o{j}"), bytes, dests));
+        spec.outputs
+            .push(OutputSpec::new(format!("o{j}"), bytes, dests));
     }
     let plan = Plan::build(spec).expect("specs built here are valid");
     let mut machines: Vec<Broadcaster> = (0..n)
@@ -226,11 +232,19 @@ fuzz_target!(|input: Input| {
                 if let Some(b) = bytes.get_mut(at) {
                     *b ^= flip;
                 }
-                vec![Flight { to: f.to, from: f.from, bytes }]
+                vec![Flight {
+                    to: f.to,
+                    from: f.from,
+                    bytes,
+                }]
             }
             Step::Duplicate { k } if !flights.is_empty() => {
                 let f = flights.remove(usize::from(k) % flights.len());
-                let copy = Flight { to: f.to, from: f.from, bytes: f.bytes.clone() };
+                let copy = Flight {
+                    to: f.to,
+                    from: f.from,
+                    bytes: f.bytes.clone(),
+                };
                 vec![f, copy]
             }
             Step::Deliver { .. } | Step::DeliverFlipped { .. } | Step::Duplicate { .. } => {
@@ -262,7 +276,11 @@ fuzz_target!(|input: Input| {
                 bytes.extend_from_slice(&u32::from(task % 4).to_le_bytes());
                 bytes.extend_from_slice(&from.to_le_bytes());
                 bytes.extend_from_slice(&payload);
-                vec![Flight { to: u32::from(to) % n, from, bytes }]
+                vec![Flight {
+                    to: u32::from(to) % n,
+                    from,
+                    bytes,
+                }]
             }
             Step::Activate {
                 to,
@@ -290,7 +308,11 @@ fuzz_target!(|input: Input| {
                 }
                 w.put_varint(u64::from(expected % 16));
                 entries_bytes(&mut w, n, &entries);
-                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+                vec![Flight {
+                    to: u32::from(to) % n,
+                    from,
+                    bytes: w.finish(),
+                }]
             }
             Step::Subtree {
                 to,
@@ -302,9 +324,14 @@ fuzz_target!(|input: Input| {
             } => {
                 let from = u32::from(from) % n;
                 let mut w = header(FrameKind::BcastSubtree, task, from);
-                w.put_varint(u64::from(tree % 8)).put_varint(u64::from(first % 16));
+                w.put_varint(u64::from(tree % 8))
+                    .put_varint(u64::from(first % 16));
                 entries_bytes(&mut w, n, &entries);
-                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+                vec![Flight {
+                    to: u32::from(to) % n,
+                    from,
+                    bytes: w.finish(),
+                }]
             }
             Step::Request {
                 to,
@@ -317,7 +344,11 @@ fuzz_target!(|input: Input| {
                 let mut w = header(FrameKind::BcastRequest, task, from);
                 w.put_varint(u64::from(tree % 8));
                 set_bytes(&mut w, &outputs);
-                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+                vec![Flight {
+                    to: u32::from(to) % n,
+                    from,
+                    bytes: w.finish(),
+                }]
             }
             Step::Data {
                 to,
@@ -334,7 +365,11 @@ fuzz_target!(|input: Input| {
                     .put_varint(u64::from(total))
                     .put_varint(u64::from(offset))
                     .put_bytes(&chunk);
-                vec![Flight { to: u32::from(to) % n, from, bytes: w.finish() }]
+                vec![Flight {
+                    to: u32::from(to) % n,
+                    from,
+                    bytes: w.finish(),
+                }]
             }
             Step::Fail { at, rank } => {
                 let at = usize::from(at) % n as usize;

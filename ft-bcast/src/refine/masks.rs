@@ -27,9 +27,7 @@ use crate::outputs::OutputSet;
 
 /// An unsigned word used as a set of at most `BITS` outputs, or (after relabelling) as
 /// a class id.
-pub(super) trait NeedMask:
-    Copy + Eq + BitOr<Output = Self> + BitAnd<Output = Self>
-{
+pub(super) trait NeedMask: Copy + Eq + BitOr<Output = Self> + BitAnd<Output = Self> {
     /// The empty set; also the id of the class of ranks that need nothing.
     const EMPTY: Self;
     /// Maps masks to class ids.
@@ -244,10 +242,7 @@ fn fill_blocked<M: NeedMask>(ids: &[M], classes: &mut [Class]) {
 }
 
 /// Pass 0: every rank's need mask, checking ranks and repeats in list order.
-fn need_masks<M: NeedMask, L: AsRef<[Rank]>>(
-    n: u32,
-    lists: &[L],
-) -> Result<Vec<M>, RefineError> {
+fn need_masks<M: NeedMask, L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Vec<M>, RefineError> {
     let mut masks: Vec<M> = vec![M::EMPTY; n as usize];
     for (j, list) in lists.iter().enumerate() {
         let bit = M::bit(j);
