@@ -109,6 +109,24 @@ pub struct Extra {
     pub survivors: u32,
     /// Survivors whose last `L_i` lacks a failed rank, or holds a live one.
     pub survivors_wrong: u32,
+    /// The `k`-th global validation of every rank, summed over ranks.
+    pub global_validations: Vec<GlobalSummary>,
+}
+
+/// The `k`-th global validation, over all ranks (survivors and ranks that died after
+/// returning).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GlobalSummary {
+    /// Ranks that returned from it.
+    pub returned: u32,
+    /// Survivors that did not return from it (by the end of the run).
+    pub survivors_pending: u32,
+    /// Distinct `G` returned (1 means uniform agreement held).
+    pub distinct_results: u32,
+    /// `|G|` of the first result.
+    pub failed: usize,
+    /// Earliest and latest return, ms.
+    pub finished_ms: (f64, f64),
 }
 
 fn millis(t: Instant) -> f64 {
@@ -137,6 +155,46 @@ fn merge_received(logs: &[ReceivedLog]) -> Vec<ReceivedReport> {
         }
     }
     merged
+}
+
+/// Sums the ranks' `k`-th global validations, for every `k` any rank reached.
+fn summarize_globals<P: SimRank>(sim: &Sim<P>, survivors: &[Rank]) -> Vec<GlobalSummary> {
+    let mut out: Vec<GlobalSummary> = Vec::new();
+    let mut results: Vec<Vec<&Vec<Rank>>> = Vec::new();
+    for logs in sim.log().validations.values() {
+        for (k, v) in logs.iter().filter(|v| v.kind == "global").enumerate() {
+            if out.len() <= k {
+                out.push(GlobalSummary {
+                    finished_ms: (f64::MAX, 0.0),
+                    ..GlobalSummary::default()
+                });
+                results.push(Vec::new());
+            }
+            let g = &mut out[k];
+            g.returned += 1;
+            g.finished_ms.0 = g.finished_ms.0.min(millis(v.finished));
+            g.finished_ms.1 = g.finished_ms.1.max(millis(v.finished));
+            if !results[k].contains(&&v.result) {
+                results[k].push(&v.result);
+            }
+        }
+    }
+    for (k, g) in out.iter_mut().enumerate() {
+        g.distinct_results = results[k].len() as u32;
+        g.failed = results[k].first().map_or(0, |r| r.len());
+        g.survivors_pending = survivors
+            .iter()
+            .filter(|r| {
+                let done = sim
+                    .log()
+                    .validations
+                    .get(r)
+                    .map_or(0, |v| v.iter().filter(|v| v.kind == "global").count());
+                done <= k
+            })
+            .count() as u32;
+    }
+    out
 }
 
 impl Report {
@@ -192,6 +250,7 @@ impl Report {
                 extra.survivors_wrong += 1;
             }
         }
+        extra.global_validations = summarize_globals(sim, &survivors);
         let detections = failed
             .iter()
             .map(|&rank| {
@@ -304,6 +363,19 @@ impl Report {
             let _ = writeln!(s, "frames refused by the machines: {}", x.rejected);
         }
         let _ = writeln!(s, "largest network delay: {:.6} ms", x.max_delay_ms);
+        for (k, g) in x.global_validations.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "global validation #{}: returned at {} ranks ({} survivors pending), {} distinct G, |G| = {}, finished {:.4}..{:.4} ms",
+                k + 1,
+                g.returned,
+                g.survivors_pending,
+                g.distinct_results,
+                g.failed,
+                g.finished_ms.0,
+                g.finished_ms.1
+            );
+        }
         let _ = writeln!(s, "\ndetections:");
         let _ = writeln!(
             s,

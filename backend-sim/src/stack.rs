@@ -88,7 +88,7 @@ impl SimStack {
         move |setup| SimStack::new(setup, Arc::clone(&broadcasts))
     }
 
-    /// The rank's stack (e.g. `stack().broadcaster().output(task, j)`).
+    /// The rank's stack (e.g. `stack().broadcaster()?.output(task, j)`).
     pub fn stack(&self) -> &RankStack {
         &self.stack
     }
@@ -157,7 +157,7 @@ impl SimRank for SimStack {
     fn apply(&mut self, now: Instant, action: &ActionKind, index: u32) -> Result<(), String> {
         match action {
             ActionKind::Broadcast(b) => {
-                let config = self.stack.broadcaster().config();
+                let config = self.stack.broadcaster_config();
                 if config.me != b.root {
                     return Ok(());
                 }

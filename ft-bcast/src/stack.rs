@@ -13,6 +13,10 @@
 //!   goes to [`Broadcaster::on_rank_failed`] within the same call, so repair starts at
 //!   once; other node events (validations) re-sync the whole known-failed set, which
 //!   also covers ranks first heard of through an agreement;
+//! - the broadcaster is created on first use (a broadcast started here, or a first
+//!   broadcast frame), already knowing every rank the node knows dead: a rank that
+//!   never takes part in a broadcast pays one pointer for it (simulations of millions
+//!   of ranks);
 //! - once the node is stopped (it learned it was declared dead), the whole stack is:
 //!   it sends nothing, sets no timer and ignores every input; events already raised can
 //!   still be polled.
@@ -30,6 +34,7 @@
 //! the next `poll_transmit` (which absorbs the node's events first), so the usual call
 //! order keeps the layers in step.
 
+use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
@@ -82,8 +87,9 @@ impl std::error::Error for StackError {}
 #[derive(Debug)]
 pub struct RankStack {
     node: Node,
-    bcast: Broadcaster,
-    ctx: Context,
+    /// Created on first use (see the invariants).
+    bcast: Option<Box<Broadcaster>>,
+    bcast_config: Config,
     events: VecDeque<StackEvent>,
 }
 
@@ -110,11 +116,8 @@ impl RankStack {
         );
         RankStack {
             node: Node::new(detector, now),
-            bcast: Broadcaster::new(bcast),
-            ctx: Context {
-                comm: detector.comm,
-                n: detector.n,
-            },
+            bcast: None,
+            bcast_config: bcast,
             events: VecDeque::new(),
         }
     }
@@ -131,9 +134,14 @@ impl RankStack {
     pub fn node_mut(&mut self) -> &mut Node {
         &mut self.node
     }
-    /// The broadcast layer (e.g. [`Broadcaster::output`] to read released outputs).
-    pub fn broadcaster(&self) -> &Broadcaster {
-        &self.bcast
+    /// The broadcast layer (e.g. [`Broadcaster::output`] to read released outputs);
+    /// `None` until this rank first takes part in a broadcast.
+    pub fn broadcaster(&self) -> Option<&Broadcaster> {
+        self.bcast.as_deref()
+    }
+    /// The broadcaster's settings.
+    pub fn broadcaster_config(&self) -> Config {
+        self.bcast_config
     }
     /// Whether the rank was declared dead and stopped.
     pub fn is_stopped(&self) -> bool {
@@ -155,14 +163,15 @@ impl RankStack {
         if self.node.is_stopped() {
             return Err(StackError::Node(NodeError::Stopped));
         }
-        if spec.ranks != self.ctx.n || spec.failed.universe() != self.ctx.n {
+        let n = self.bcast_config.n;
+        if spec.ranks != n || spec.failed.universe() != n {
             return Err(StackError::Bcast(BcastError::WrongSize {
                 plan: spec.ranks,
             }));
         }
         spec.failed.union_with(&self.node.view().known_failed());
         let plan = Plan::build(spec).map_err(StackError::Spec)?;
-        self.bcast
+        self.broadcaster_mut(now)
             .start_broadcast(now, task, &plan, payloads)
             .map_err(StackError::Bcast)
     }
@@ -183,20 +192,36 @@ impl RankStack {
 
     // ----- internals -----
 
+    /// The broadcaster, created (knowing every rank the node knows dead) if need be.
+    fn broadcaster_mut(&mut self, now: Instant) -> &mut Broadcaster {
+        let (node, config) = (&self.node, self.bcast_config);
+        self.bcast.get_or_insert_with(|| {
+            let mut bcast = Broadcaster::new(config);
+            for rank in node.view().known_failed().iter() {
+                bcast.on_rank_failed(now, rank);
+            }
+            Box::new(bcast)
+        })
+    }
+
     /// Moves the node's events to the stack's queue, telling the broadcaster of every
     /// failure among them.
     fn absorb_node(&mut self, now: Instant) {
         while let Some(event) = self.node.poll_event() {
             match event {
                 NodeEvent::Suspected { rank } | NodeEvent::Learned { rank, .. } => {
-                    self.bcast.on_rank_failed(now, rank);
+                    if let Some(bcast) = self.bcast.as_mut() {
+                        bcast.on_rank_failed(now, rank);
+                    }
                 }
                 NodeEvent::DeclaredDeadSelf { .. } => {}
                 // Validations (a global one may teach ranks never reported here one by
                 // one): re-sync; `on_rank_failed` ignores ranks it already knows.
                 _ => {
-                    for rank in self.node.view().known_failed().iter() {
-                        self.bcast.on_rank_failed(now, rank);
+                    if let Some(bcast) = self.bcast.as_mut() {
+                        for rank in self.node.view().known_failed().iter() {
+                            bcast.on_rank_failed(now, rank);
+                        }
                     }
                 }
             }
@@ -212,12 +237,16 @@ impl Protocol for RankStack {
         if self.node.is_stopped() {
             return Ok(());
         }
-        let (header, _) = Header::decode(bytes, self.ctx, from)?;
+        let context = Context {
+            comm: self.bcast_config.comm,
+            n: self.bcast_config.n,
+        };
+        let (header, _) = Header::decode(bytes, context, from)?;
         if self.node.view().is_known_failed(header.sender) {
             return Err(FrameError::FromFailedRank(header.sender));
         }
         if header.kind.family() == "bcast" {
-            self.bcast.handle_message(now, from, bytes)
+            self.broadcaster_mut(now).handle_message(now, from, bytes)
         } else {
             let result = self.node.handle_message(now, from, bytes);
             self.absorb_node(now);
@@ -231,7 +260,9 @@ impl Protocol for RankStack {
         }
         self.node.handle_timeout(now);
         self.absorb_node(now);
-        self.bcast.handle_timeout(now);
+        if let Some(bcast) = self.bcast.as_mut() {
+            bcast.handle_timeout(now);
+        }
     }
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
@@ -241,14 +272,15 @@ impl Protocol for RankStack {
         }
         self.node
             .poll_transmit(now, buf)
-            .or_else(|| self.bcast.poll_transmit(now, buf))
+            .or_else(|| self.bcast.as_mut()?.poll_transmit(now, buf))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
         if self.node.is_stopped() {
             return None;
         }
-        match (self.node.poll_timeout(), self.bcast.poll_timeout()) {
+        let bcast = self.bcast.as_ref().and_then(|b| b.poll_timeout());
+        match (self.node.poll_timeout(), bcast) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -258,7 +290,7 @@ impl Protocol for RankStack {
         if let Some(event) = self.events.pop_front() {
             return Some(event);
         }
-        self.bcast.poll_event().map(StackEvent::Bcast)
+        self.bcast.as_mut()?.poll_event().map(StackEvent::Bcast)
     }
 }
 
@@ -408,7 +440,7 @@ mod tests {
         assert_eq!(net.released(2), vec![0]);
         assert_eq!(net.released(3), vec![0, 1]);
         assert_eq!(
-            net.ranks[3].broadcaster().output(1, 1),
+            net.ranks[3].broadcaster().unwrap().output(1, 1),
             Some(&payloads()[1][..])
         );
     }
@@ -440,7 +472,7 @@ mod tests {
         net.settle(0);
         net.run_until(ms(220));
         assert_eq!(
-            net.ranks[3].broadcaster().output(2, 0),
+            net.ranks[3].broadcaster().unwrap().output(2, 0),
             Some(&[7u8; 100][..])
         );
     }

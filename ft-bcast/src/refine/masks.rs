@@ -6,8 +6,10 @@
 //! of two passes in rank order over the masks:
 //!
 //! 1. relabel every mask with a dense class id, in order of first appearance (so in order
-//!    of smallest member), counting each class's size;
-//! 2. append each rank to its class's member list, allocated at its final size.
+//!    of smallest member), counting each class's size (up to 8 outputs the mask itself
+//!    serves as the id, and this pass only counts and notes first appearances);
+//! 2. append each rank to its class's member list, allocated at its final size, a block
+//!    of ranks at a time (see `fill_blocked`).
 //!
 //! Every pass is sequential over the lists or the mask array, and the array is the
 //! narrowest word that holds `m` bits (one byte per rank for up to 8 outputs), so the
@@ -159,6 +161,9 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
 ) -> Result<Partition, RefineError> {
     debug_assert!(lists.len() <= mask_bits::<M>() as usize);
     let mut masks = need_masks::<M, L>(n, lists)?;
+    if lists.len() <= SMALL_OUTPUTS {
+        return Ok(group_small_masks(&masks, lists.len()));
+    }
 
     // Pass 1: masks become class ids; sizes counted per id.
     let mut labels = M::Labels::new(lists.len());
@@ -184,7 +189,8 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
         })
         .collect();
     if classes.len() <= MAX_BLOCKED_CLASSES {
-        fill_blocked(&masks, &mut classes);
+        let identity: Vec<u32> = (0..=classes.len() as u32).collect();
+        fill_blocked(&masks, &identity, &mut classes);
     } else {
         for (rank, id) in masks.iter().enumerate() {
             let id = id.widen() as usize;
@@ -196,24 +202,58 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
     Ok(Partition { classes })
 }
 
+/// Up to this many outputs, masks serve directly as buckets of [`fill_blocked`] (at
+/// most 256 of them), which saves the relabelling pass.
+const SMALL_OUTPUTS: usize = 8;
+
+/// Passes 1 and 2 for at most [`SMALL_OUTPUTS`] outputs: one pass counts each mask's
+/// ranks and notes the masks in order of first appearance (the class order), and the
+/// fill reads the masks as they are.
+fn group_small_masks<M: NeedMask>(masks: &[M], outputs: usize) -> Partition {
+    let buckets = 1usize << outputs;
+    let mut sizes: Vec<u32> = vec![0; buckets];
+    let mut first_seen: Vec<M> = Vec::new();
+    for &mask in masks {
+        let size = &mut sizes[mask.widen() as usize];
+        if *size == 0 && mask != M::EMPTY {
+            first_seen.push(mask);
+        }
+        *size += 1;
+    }
+    // class_of[mask]: 1 + the index of the mask's class, 0 for the empty mask.
+    let mut class_of: Vec<u32> = vec![0; buckets];
+    let mut classes: Vec<Class> = Vec::with_capacity(first_seen.len());
+    for mask in first_seen {
+        let bucket = mask.widen() as usize;
+        classes.push(Class {
+            outputs: output_set(mask.widen()),
+            members: Vec::with_capacity(sizes[bucket] as usize),
+        });
+        class_of[bucket] = classes.len() as u32;
+    }
+    fill_blocked(masks, &class_of, &mut classes);
+    Partition { classes }
+}
+
 /// Ranks per block of [`fill_blocked`]: its scratch (4 bytes a rank) stays in L2.
 const FILL_BLOCK: usize = 16 * 1024;
 
 /// Up to this many classes, [`fill_blocked`] pays for its per-block prefix sums.
 const MAX_BLOCKED_CLASSES: usize = 4096;
 
-/// Appends every rank to its class's members, given class ids (`0` for no class).
+/// Appends every rank to its class's members, given each rank's bucket (`ids`) and
+/// `class_of[bucket]`: 1 + the index of the bucket's class, or 0 for no class.
 ///
 /// Pushing each rank straight to its class writes to as many places at once as there
 /// are classes, and with hundreds of them nearly every store misses the cache. Instead,
-/// each block of ranks is counting-sorted by class into a small scratch buffer that stays
-/// in cache, and every class then receives its run of the block in one copy.
-fn fill_blocked<M: NeedMask>(ids: &[M], classes: &mut [Class]) {
+/// each block of ranks is counting-sorted by bucket into a small scratch buffer that
+/// stays in cache, and every class then receives its run of the block in one copy.
+fn fill_blocked<M: NeedMask>(ids: &[M], class_of: &[u32], classes: &mut [Class]) {
     let mut scratch: Vec<Rank> = vec![0; FILL_BLOCK.min(ids.len())];
-    // The block's ranks sorted by id go to the scratch, id 0 first. `cursor[id + 1]`
-    // starts as the offset of id's run and ends as the offset of its end, which is also
-    // the start of id + 1's run.
-    let mut cursor: Vec<u32> = vec![0; classes.len() + 2];
+    // The block's ranks sorted by bucket go to the scratch, bucket 0 first.
+    // `cursor[b + 1]` starts as the offset of bucket b's run and ends as the offset of
+    // its end, which is also the start of bucket b + 1's run.
+    let mut cursor: Vec<u32> = vec![0; class_of.len() + 1];
     for (b, block) in ids.chunks(FILL_BLOCK).enumerate() {
         let first_rank = (b * FILL_BLOCK) as Rank;
         cursor.iter_mut().for_each(|c| *c = 0);
@@ -230,12 +270,13 @@ fn fill_blocked<M: NeedMask>(ids: &[M], classes: &mut [Class]) {
             scratch[*at as usize] = first_rank + i as Rank;
             *at += 1;
         }
-        // Class k has id k + 1: its run ends at cursor[k + 2] and starts where id k's
-        // run ends, at cursor[k + 1].
-        for (k, class) in classes.iter_mut().enumerate() {
-            let (from, to) = (cursor[k + 1] as usize, cursor[k + 2] as usize);
-            if from < to {
-                class.members.extend_from_slice(&scratch[from..to]);
+        // Bucket k's run ends at cursor[k + 1] and starts where bucket k - 1's ends.
+        for (k, &class) in class_of.iter().enumerate() {
+            let (from, to) = (cursor[k] as usize, cursor[k + 1] as usize);
+            if class != 0 && from < to {
+                classes[class as usize - 1]
+                    .members
+                    .extend_from_slice(&scratch[from..to]);
             }
         }
     }
