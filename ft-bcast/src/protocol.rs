@@ -101,6 +101,14 @@ pub enum BcastEvent {
         /// The broadcast.
         task: u32,
     },
+    /// The communicator was revoked while `task` was in flight at this rank: it fails
+    /// here with [`BcastError::Revoked`] and its state is dropped.
+    Failed {
+        /// The broadcast.
+        task: u32,
+        /// Why it failed.
+        error: BcastError,
+    },
 }
 
 /// A `start_broadcast` call was rejected; nothing changed.
@@ -137,6 +145,8 @@ pub enum BcastError {
     },
     /// The plan has more outputs than [`Config::max_outputs`].
     TooManyOutputs,
+    /// The communicator was revoked: no broadcast runs on it any more.
+    Revoked,
 }
 
 impl fmt::Display for BcastError {
@@ -159,6 +169,7 @@ impl fmt::Display for BcastError {
                 "output #{output}: payload of {got} bytes, plan says {expected}"
             ),
             BcastError::TooManyOutputs => f.write_str("more outputs than the configured limit"),
+            BcastError::Revoked => f.write_str("the communicator was revoked"),
         }
     }
 }
@@ -289,6 +300,7 @@ pub struct Broadcaster {
     tasks: BTreeMap<u32, Task>,
     out: VecDeque<Outgoing>,
     events: VecDeque<BcastEvent>,
+    revoked: bool,
 }
 
 fn chunks_of(size: u64) -> usize {
@@ -403,7 +415,53 @@ impl Broadcaster {
             tasks: BTreeMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
+            revoked: false,
         }
+    }
+
+    /// The communicator was revoked: every task still in flight here (this rank lacks
+    /// some of what it fetches, or still owes data to a child) fails with
+    /// [`BcastEvent::Failed`]; later `start_broadcast` calls are refused and broadcast
+    /// frames are dropped with [`FrameError::Revoked`]. Finished tasks keep their data.
+    pub fn revoke(&mut self, _now: Instant) {
+        if self.revoked {
+            return;
+        }
+        self.revoked = true;
+        let streaming: Vec<u32> = self
+            .out
+            .iter()
+            .filter_map(|o| match o {
+                Outgoing::Stream { task, .. } => Some(*task),
+                Outgoing::Frame { .. } => None,
+            })
+            .collect();
+        let in_flight: Vec<u32> = self
+            .tasks
+            .iter()
+            .filter(|(id, t)| {
+                !t.abandoned
+                    && (streaming.contains(id)
+                        || !t.waiting.is_empty()
+                        || t.trees
+                            .values()
+                            .any(|tree| !tree.fetch.is_subset(&t.complete)))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for task in in_flight {
+            self.forget(task);
+            self.events.push_back(BcastEvent::Failed {
+                task,
+                error: BcastError::Revoked,
+            });
+        }
+        self.out.clear();
+    }
+
+    /// Whether [`Broadcaster::revoke`] was called.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked
     }
 
     /// This machine's settings.
@@ -436,6 +494,9 @@ impl Broadcaster {
         plan: &Plan,
         payloads: Vec<Vec<u8>>,
     ) -> Result<(), BcastError> {
+        if self.revoked {
+            return Err(BcastError::Revoked);
+        }
         let spec = plan.spec();
         if spec.ranks != self.cfg.n {
             return Err(BcastError::WrongSize { plan: spec.ranks });
@@ -1044,6 +1105,9 @@ impl Protocol for Broadcaster {
         if from == self.cfg.me {
             return Err(FrameError::Malformed("frame from self"));
         }
+        if self.revoked {
+            return Err(FrameError::Revoked);
+        }
         let max = self.cfg.max_outputs;
         match h.kind {
             FrameKind::BcastActivate => {
@@ -1351,6 +1415,9 @@ mod tests {
                         }
                     }
                     BcastEvent::Abandoned { .. } => return Err(format!("rank {r} abandoned")),
+                    BcastEvent::Failed { error, .. } => {
+                        return Err(format!("rank {r} failed: {error}"))
+                    }
                 }
             }
             let want = needs.get(&r).cloned().unwrap_or_default();

@@ -200,6 +200,9 @@ impl RankStack {
             for rank in node.view().known_failed().iter() {
                 bcast.on_rank_failed(now, rank);
             }
+            if node.revoked_by().is_some() {
+                bcast.revoke(now);
+            }
             Box::new(bcast)
         })
     }
@@ -215,6 +218,11 @@ impl RankStack {
                     }
                 }
                 NodeEvent::DeclaredDeadSelf { .. } => {}
+                NodeEvent::Revoked { .. } => {
+                    if let Some(bcast) = self.bcast.as_mut() {
+                        bcast.revoke(now);
+                    }
+                }
                 // Validations (a global one may teach ranks never reported here one by
                 // one): re-sync; `on_rank_failed` ignores ranks it already knows.
                 _ => {
@@ -443,6 +451,44 @@ mod tests {
             net.ranks[3].broadcaster().unwrap().output(1, 1),
             Some(&payloads()[1][..])
         );
+    }
+
+    #[test]
+    fn a_revoke_fails_in_flight_broadcasts_with_a_typed_error() {
+        let mut net = Net::new(4);
+        net.run_until(ms(25));
+        net.ranks[0]
+            .start_broadcast(net.now, 1, spec(4), payloads())
+            .unwrap();
+        net.settle(0);
+        // Rank 1 is activated at 26 ms and asks for its data; rank 3 revokes at 26 ms.
+        net.run_until(ms(26));
+        net.ranks[3].node_mut().revoke(net.now).unwrap();
+        net.settle(3);
+        net.run_until(ms(60));
+        for r in 0..4 {
+            assert!(
+                net.events[r as usize]
+                    .iter()
+                    .any(|e| matches!(e, StackEvent::Node(NodeEvent::Revoked { by: 3 }))),
+                "rank {r} learned of the revoke"
+            );
+        }
+        assert!(net.events[1].iter().any(|e| matches!(
+            e,
+            StackEvent::Bcast(BcastEvent::Failed {
+                task: 1,
+                error: BcastError::Revoked
+            })
+        )));
+        assert!(
+            !net.released(3).contains(&1),
+            "nothing completes on a revoked communicator"
+        );
+        assert!(matches!(
+            net.ranks[0].start_broadcast(net.now, 2, spec(4), payloads()),
+            Err(StackError::Bcast(BcastError::Revoked))
+        ));
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub enum FrameError {
     Malformed(&'static str),
     /// The frame's kind is valid but not one this machine accepts.
     UnexpectedKind(u8),
+    /// The communicator is revoked; frames of its operations are dropped.
+    Revoked,
 }
 
 impl fmt::Display for FrameError {
@@ -87,6 +89,7 @@ impl fmt::Display for FrameError {
             }
             FrameError::Malformed(what) => write!(f, "malformed frame: {what}"),
             FrameError::UnexpectedKind(k) => write!(f, "frame kind {k} not accepted here"),
+            FrameError::Revoked => f.write_str("communicator revoked: frame dropped"),
         }
     }
 }
