@@ -293,6 +293,10 @@ pub struct Log {
     pub by_kind: Vec<u64>,
     /// Frames a machine rejected (typed errors from `handle_message`).
     pub rejected: u64,
+    /// Application actions a live rank refused (e.g. `validate_global` while one runs).
+    pub refused_actions: u64,
+    /// The first refusal: the rank and why.
+    pub first_refusal: Option<(Rank, String)>,
     /// Largest network delay drawn for a frame (before FIFO push-back).
     pub max_delay: Duration,
     /// Per failed rank.
@@ -556,8 +560,14 @@ impl<P: SimRank> Sim<P> {
         for rank in 0..self.size() {
             if self.slots[rank as usize].alive {
                 let now = self.now;
-                // A rank that refuses (e.g. stopped meanwhile) is simply left out.
-                let _ = self.slots[rank as usize].machine.apply(now, action, index);
+                // A rank that refuses (stopped meanwhile, a validation still running) is
+                // left out of this action; the report counts and names the refusals.
+                if let Err(why) = self.slots[rank as usize].machine.apply(now, action, index) {
+                    self.log.refused_actions += 1;
+                    self.log
+                        .first_refusal
+                        .get_or_insert((rank, format!("{}: {why}", action.name())));
+                }
                 self.settle(rank);
             }
         }

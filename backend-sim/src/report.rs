@@ -103,6 +103,10 @@ pub struct Extra {
     pub by_kind: BTreeMap<String, u64>,
     /// Frames refused by a machine (typed errors).
     pub rejected: u64,
+    /// Actions refused by live ranks.
+    pub refused_actions: u64,
+    /// The first refused action: the rank and why.
+    pub first_refusal: Option<(Rank, String)>,
     /// Largest network delay drawn, ms.
     pub max_delay_ms: f64,
     /// Ranks alive at the end.
@@ -204,6 +208,8 @@ impl Report {
         let log = sim.log();
         let mut extra = Extra {
             rejected: log.rejected,
+            refused_actions: log.refused_actions,
+            first_refusal: log.first_refusal.clone(),
             max_delay_ms: log.max_delay.as_millis_f64(),
             ..Extra::default()
         };
@@ -361,6 +367,13 @@ impl Report {
         let _ = writeln!(s, "frames by kind: {:?}", x.by_kind);
         if x.rejected > 0 {
             let _ = writeln!(s, "frames refused by the machines: {}", x.rejected);
+        }
+        if let Some((rank, why)) = &x.first_refusal {
+            let _ = writeln!(
+                s,
+                "actions refused by live ranks: {} (first: rank {rank}: {why})",
+                x.refused_actions
+            );
         }
         let _ = writeln!(s, "largest network delay: {:.6} ms", x.max_delay_ms);
         for (k, g) in x.global_validations.iter().enumerate() {

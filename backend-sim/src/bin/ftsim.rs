@@ -78,13 +78,16 @@ fn main() -> ExitCode {
                 Ok((report, wall, sim)) => {
                     // The process ends here: no need to free every rank's state.
                     std::mem::forget(sim);
-                    if json {
-                        println!("{}", report.to_json());
+                    let text = if json {
+                        format!("{}\n", report.to_json())
                     } else {
-                        print!("{}", report.to_text());
-                        println!("wall time: {:.3} s", wall.as_secs_f64());
-                    }
-                    ExitCode::SUCCESS
+                        format!(
+                            "{}wall time: {:.3} s\n",
+                            report.to_text(),
+                            wall.as_secs_f64()
+                        )
+                    };
+                    emit(&text)
                 }
                 Err(e) => {
                     eprintln!("ftsim: {}: {e}", file.display());
@@ -101,15 +104,26 @@ fn main() -> ExitCode {
                 PlanFormat::Text
             };
             match plan_file::run(&file, format) {
-                Ok(out) => {
-                    print!("{out}");
-                    ExitCode::SUCCESS
-                }
+                Ok(out) => emit(&out),
                 Err(e) => {
                     eprintln!("ftsim: {}: {e}", file.display());
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Writes `text` to stdout. A reader that went away (`ftsim ... | head`) is not an
+/// error worth a panic: the output is simply cut short.
+fn emit(text: &str) -> ExitCode {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ftsim: writing the output: {e}");
+            ExitCode::FAILURE
         }
     }
 }
