@@ -716,17 +716,7 @@ impl Instance {
                 if round.phase != Phase::Promised {
                     return Ok(()); // duplicate
                 }
-                round.phase = Phase::Accepting;
-                round.reset_gather();
-                for &c in &round.children {
-                    let msg = Msg::Accept {
-                        ballot,
-                        value: value.clone(),
-                    };
-                    io.send(c, self.epoch, &msg);
-                }
-                self.accepted = Some((ballot, value));
-                self.maybe_finish_gather(io);
+                self.accept_and_forward(io, ballot, value);
             }
             Msg::Accepted { ballot, reject } => {
                 self.max_round = self.max_round.max(reject.map_or(0, |b| b.round));
@@ -852,6 +842,15 @@ impl Instance {
                 v.union_with(&round.excluded);
                 v
             }
+        };
+        self.accept_and_forward(io, ballot, value);
+    }
+
+    /// Accepts `value` in the current round (ballot `ballot`), passes the accept on to
+    /// this rank's children and starts gathering their acknowledgements.
+    fn accept_and_forward(&mut self, io: &mut Io<'_>, ballot: Ballot, value: RankSet) {
+        let Some(round) = self.round.as_mut() else {
+            return;
         };
         round.phase = Phase::Accepting;
         round.reset_gather();
