@@ -202,32 +202,8 @@ struct InFlight {
     payload: Payload,
 }
 
-/// splitmix64: the engine's only source of randomness, seeded by the scenario.
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[0, bound)` (0 when `bound` is 0).
-    pub fn below(&mut self, bound: u64) -> u64 {
-        if bound == 0 {
-            0
-        } else {
-            ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
-        }
-    }
-}
+/// The engine's only source of randomness (jitter, random phases), seeded by the scenario.
+pub use ft_core::rng::SplitMix;
 
 #[derive(Clone, Debug)]
 struct StepKill {

@@ -23,11 +23,7 @@ use crate::engine::{Observation, RankSetup, SimRank};
 use crate::failure::detector_config;
 use crate::scenario::{ActionKind, Broadcast, Scenario};
 
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use ft_core::rng::mix64 as mix;
 
 fn payload_word(broadcast: u32, output: u32, word: u64) -> u64 {
     let key = (u64::from(broadcast) << 32) | u64::from(output);
