@@ -111,7 +111,8 @@ pub struct Extra {
     pub max_delay_ms: f64,
     /// Ranks alive at the end.
     pub survivors: u32,
-    /// Survivors whose last `L_i` lacks a failed rank, or holds a live one.
+    /// Survivors whose knowledge of failures at the end (`L_i` and the detector's news
+    /// not validated yet) lacks a failed rank, or holds a live one.
     pub survivors_wrong: u32,
     /// The `k`-th global validation of every rank, summed over ranks.
     pub global_validations: Vec<GlobalSummary>,
@@ -249,9 +250,9 @@ impl Report {
             .filter(|&r| !sim.is_alive(r))
             .collect();
         for &r in &survivors {
-            let local = sim.machine(r).view().local();
-            let complete = dead.iter().all(|&d| local.contains(d));
-            let accurate = local.iter().all(|x| dead.contains(&x));
+            let known = sim.machine(r).view().known_failed();
+            let complete = dead.iter().all(|&d| known.contains(d));
+            let accurate = known.iter().all(|x| dead.contains(&x));
             if !(complete && accurate) {
                 extra.survivors_wrong += 1;
             }
@@ -361,7 +362,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "survivors: {} ({} with an L_i that misses a dead rank or holds a live one)",
+            "survivors: {} ({} whose known-failed set misses a dead rank or holds a live one)",
             x.survivors, x.survivors_wrong
         );
         let _ = writeln!(s, "frames by kind: {:?}", x.by_kind);

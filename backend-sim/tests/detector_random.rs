@@ -39,6 +39,48 @@ fn random_kills(rng: &mut SplitMix, n: u32, max_kills: u32, window_ms: u64) -> V
     kills
 }
 
+impl Schedule {
+    fn killed(&self) -> Vec<Rank> {
+        self.kills.iter().map(|(r, _)| *r).collect()
+    }
+
+    /// When every survivor must know every kill: the last kill, plus one detection
+    /// (`timeout + period`), plus `2·timeout` per further rank of the longest run of
+    /// ring-adjacent kills (found one at a time), plus `⌈log2 n⌉ + 1` hops of the
+    /// largest network delay.
+    fn detection_bound(&self, sim: &Sim<Node>) -> Instant {
+        let last_kill = self.kills.iter().map(|(_, t)| *t).fold(0.0, f64::max);
+        let run = u64::from(longest_adjacent_run(self.n, &self.killed()).max(1));
+        Instant::from_nanos((last_kill * 1e6) as u64)
+            + Duration::from_millis((TIMEOUT_MS + PERIOD_MS) as u64)
+            + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
+            + sim
+                .net()
+                .max_delay(256)
+                .saturating_mul(ceil_log2(self.n) + 1)
+    }
+}
+
+/// Validates locally everywhere and checks that every survivor's `L_i` is exactly the
+/// killed set.
+fn assert_every_survivor_lists_the_killed(sim: &mut Sim<Node>, s: &Schedule, seed: u64) {
+    sim.act(&ActionKind::ValidateLocal, 0)
+        .expect("validate_local");
+    let mut expected = s.killed();
+    expected.sort_unstable();
+    for r in sim.survivors() {
+        let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
+        assert_eq!(
+            local,
+            expected,
+            "seed {seed}: n {}, kills {:?}, rank {r} at {}",
+            s.n,
+            s.kills,
+            sim.now()
+        );
+    }
+}
+
 fn build(s: &Schedule, seed: u64) -> Sim<Node> {
     let kills: Vec<String> = s
         .kills
@@ -97,29 +139,9 @@ fn strong_completeness_over_many_schedules() {
             jitter_us: rng.below(latency_us as u64 + 1) as f64,
         };
         let mut sim = build(&schedule, seed);
-        let killed: Vec<Rank> = schedule.kills.iter().map(|(r, _)| *r).collect();
-        let last_kill = schedule.kills.iter().map(|(_, t)| *t).fold(0.0, f64::max);
-        let run = u64::from(longest_adjacent_run(n, &killed).max(1));
-        let bound = Instant::from_nanos((last_kill * 1e6) as u64)
-            + Duration::from_millis((TIMEOUT_MS + PERIOD_MS) as u64)
-            + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
-            + sim.net().max_delay(256).saturating_mul(ceil_log2(n) + 1);
+        let bound = schedule.detection_bound(&sim);
         sim.run_until(bound).expect("bounded run");
-        sim.act(&ActionKind::ValidateLocal, 0)
-            .expect("validate_local");
-
-        let mut expected = killed.clone();
-        expected.sort_unstable();
-        for r in sim.survivors() {
-            let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
-            assert_eq!(
-                local,
-                expected,
-                "seed {seed}: n {n}, kills {:?}, rank {r} at {}",
-                schedule.kills,
-                sim.now()
-            );
-        }
+        assert_every_survivor_lists_the_killed(&mut sim, &schedule, seed);
         assert!(
             sim.log()
                 .departures
@@ -163,14 +185,7 @@ fn accuracy_when_delays_stay_below_timeout_minus_period() {
             );
         }
         // And the dead were all found.
-        sim.act(&ActionKind::ValidateLocal, 0)
-            .expect("validate_local");
-        let mut expected = killed.clone();
-        expected.sort_unstable();
-        for r in sim.survivors() {
-            let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
-            assert_eq!(local, expected, "seed {seed}: rank {r}");
-        }
+        assert_every_survivor_lists_the_killed(&mut sim, &schedule, seed);
     }
 }
 
@@ -213,25 +228,8 @@ fn completeness_when_ranks_die_while_a_notice_spreads() {
             }
         }
         let mut sim = build(&schedule, seed);
-        let killed: Vec<Rank> = schedule.kills.iter().map(|(r, _)| *r).collect();
-        let last_kill = schedule.kills.iter().map(|(_, t)| *t).fold(0.0, f64::max);
-        let run = u64::from(longest_adjacent_run(n, &killed).max(1));
-        let bound = Instant::from_nanos((last_kill * 1e6) as u64)
-            + Duration::from_millis((TIMEOUT_MS + PERIOD_MS) as u64)
-            + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
-            + sim.net().max_delay(256).saturating_mul(ceil_log2(n) + 1);
+        let bound = schedule.detection_bound(&sim);
         sim.run_until(bound).expect("bounded run");
-        sim.act(&ActionKind::ValidateLocal, 0)
-            .expect("validate_local");
-        let mut expected = killed.clone();
-        expected.sort_unstable();
-        for r in sim.survivors() {
-            let local: Vec<Rank> = sim.machine(r).view().local().iter().collect();
-            assert_eq!(
-                local, expected,
-                "seed {seed}: n {n}, kills {:?}, rank {r}",
-                schedule.kills
-            );
-        }
+        assert_every_survivor_lists_the_killed(&mut sim, &schedule, seed);
     }
 }

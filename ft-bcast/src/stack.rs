@@ -250,10 +250,11 @@ impl Protocol for RankStack {
             n: self.bcast_config.n,
         };
         let (header, _) = Header::decode(bytes, context, from)?;
-        if self.node.view().is_known_failed(header.sender) {
-            return Err(FrameError::FromFailedRank(header.sender));
-        }
         if header.kind.family() == "bcast" {
+            // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
+            if self.node.detector().known_dead().contains(header.sender) {
+                return Err(FrameError::FromFailedRank(header.sender));
+            }
             self.broadcaster_mut(now).handle_message(now, from, bytes)
         } else {
             let result = self.node.handle_message(now, from, bytes);

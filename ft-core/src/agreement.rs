@@ -45,18 +45,35 @@
 //!
 //! The failure detector reports deaths with [`Agreement::on_failure`]; a reported rank is
 //! dead here for good (its later frames are refused with
-//! [`FrameError::FromFailedRank`]). A rank considers itself **coordinator** when every
-//! lower rank is dead in its view. A coordinator that has not decided starts a new round
-//! (`round = 1 + highest round seen`, `D =` every rank it knows dead) whenever it has no
-//! round of its own, or a participant of its round is dead, or its round was rejected.
-//! A coordinator that has decided re-broadcasts the decision over the live ranks
-//! whenever an inner node (root included) of the last decision broadcast it knows of is
-//! dead. A rank that has decided keeps participating in the epoch's rounds and reports
-//! its decision in its promise; a coordinator that hears of a decision adopts and
-//! broadcasts it. A rank keeps the agreement of the previous epoch alive (decided) while
-//! the next one runs, so late requests are answered; two epochs are enough because a
-//! rank can only finish epoch `e + 1` once every survivor has started it, i.e. finished
-//! epoch `e`.
+//! [`FrameError::FromFailedRank`]).
+//!
+//! **Deaths inside a round are repaired in place**, not by a new round. A rank answers
+//! (promise, acknowledgement) its nearest *live* ancestor in the ballot's tree, accepts
+//! answers from any rank of its subtree and a broadcast (prepare, accept) from any
+//! ancestor, and counts a dead child as answered once that child's own children have
+//! answered, recursively. When it learns a death it (a) passes the round's current
+//! broadcast to the live ranks the dead one left without a live parent, if it is their
+//! nearest live ancestor, and (b) sends its answer again if the dead rank held it. Both
+//! repeats are idempotent at the receiver (answers are unions and maxima; a repeated
+//! broadcast is recognised as a duplicate). So a death during the call costs about
+//! `log2 n` frames around it, not the `5(m-1)` of a new round.
+//!
+//! A rank considers itself **coordinator** when every lower rank is dead in its view. A
+//! coordinator that has not decided starts a new round (`round = 1 + highest round seen`,
+//! `D =` every rank it knows dead) only when it has no round of its own (it just became
+//! coordinator: the previous one died) or its round was rejected. A coordinator that has
+//! decided re-broadcasts the decision over the live ranks whenever an inner node (root
+//! included) of the last decision broadcast it knows of is dead. A rank that has decided
+//! keeps participating in the epoch's rounds and reports its decision in its promise; a
+//! coordinator that hears of a decision adopts and broadcasts it. A rank keeps the
+//! agreement of the previous epoch alive (decided) while the next one runs, so late
+//! requests are answered; two epochs are enough because a rank can only finish epoch
+//! `e + 1` once every survivor has started it, i.e. finished epoch `e`.
+//!
+//! Ranks that die during the call are in `G` when the value was built after their death
+//! was known to the coordinator; otherwise (the value was already accepted by someone,
+//! which Paxos forces the next coordinator to re-propose) they are in the next
+//! validation's `G`, as every rank's `L_i` then contains them.
 //!
 //! # Epochs
 //!
@@ -73,10 +90,12 @@
 //! - **Uniform agreement**: every rank that returns `G` for epoch `e`, even one that
 //!   crashes right after, returns the same `G`. A value is decided only when every
 //!   participant of a ballot `b` (`C \ D_b ⊇` every live rank) accepted it before
-//!   promising anything higher; any later ballot's coordinator hears from a live rank
-//!   that accepted `b`, so it proposes the same value (the Paxos argument, with "all
-//!   ranks not excluded" as the quorum: two such quorums always share the later
-//!   coordinator, which was alive at the earlier ballot).
+//!   promising anything higher, or was reported dead (in-place repair skips only ranks
+//!   the detector declared dead, and under an accurate detector those crashed); any
+//!   later ballot's coordinator hears from a live rank that accepted `b`, so it
+//!   proposes the same value (the Paxos argument, with "all ranks not excluded" as the
+//!   quorum: two such quorums always share the later coordinator, which was alive at
+//!   the earlier ballot and so acknowledged it).
 //! - **Knowledge**: when a rank returns `G`, every rank not yet crashed has accepted `G`
 //!   (it was a participant of the deciding ballot and acknowledged). So the returning
 //!   rank knows every live rank holds or will return `G`.
@@ -285,6 +304,20 @@ impl Tree {
             step >>= 1;
         }
         out
+    }
+    /// Whether `a` is a proper ancestor of `r` (both participants).
+    fn is_ancestor(&self, a: Rank, r: Rank) -> bool {
+        let (Some(i), Some(mut j)) = (self.live.new_rank(a), self.live.new_rank(r)) else {
+            return false;
+        };
+        // The ancestors of index `j` are `j` with its low set bits cleared one by one.
+        while j > i {
+            j &= j - 1;
+            if j == i {
+                return true;
+            }
+        }
+        false
     }
     fn is_inner(&self, r: Rank) -> bool {
         match self.live.new_rank(r) {
@@ -515,51 +548,132 @@ enum Phase {
 }
 
 /// One rank's part in one ballot.
+///
+/// The ballot's tree is repaired in place as deaths are learned: a rank answers its
+/// nearest live ancestor ([`Round::up`]), takes answers from any rank of its subtree,
+/// and counts a dead child as answered once that child's own children are (recursively,
+/// [`Round::covered`]). So a death costs a few frames near it, not a new round.
 #[derive(Clone, Debug)]
 struct Round {
     ballot: Ballot,
-    parent: Option<Rank>,
-    children: Vec<Rank>,
+    tree: Tree,
     excluded: RankSet,
+    /// This rank's children in the ballot's tree (dead or not).
+    children: Vec<Rank>,
+    is_root: bool,
     phase: Phase,
-    heard: Vec<bool>,
-    waiting: usize,
+    /// Ranks of this rank's subtree heard from in the current gather.
+    heard: Vec<Rank>,
+    /// Where this rank's answer of the current phase went, once sent.
+    sent_to: Option<Rank>,
     report: Report,
     reject: Option<Ballot>,
 }
 
 impl Round {
-    fn new(n: u32, me: Rank, ballot: Ballot, excluded: RankSet) -> Self {
-        let tree = Tree::new(&excluded);
-        let children = tree.children(me);
+    fn new(n: u32, me: Rank, ballot: Ballot, tree: Tree, excluded: RankSet) -> Self {
         Round {
             ballot,
-            parent: tree.parent(me),
-            heard: alloc::vec![false; children.len()],
-            waiting: children.len(),
-            children,
+            children: tree.children(me),
+            is_root: tree.parent(me).is_none(),
+            tree,
             excluded,
             phase: Phase::Promising,
+            heard: Vec::new(),
+            sent_to: None,
             report: Report::empty(n),
             reject: None,
         }
     }
 
-    /// Marks `from` heard in the current gather; false if it is not a child or was heard.
-    fn hear(&mut self, from: Rank) -> bool {
-        match self.children.iter().position(|&c| c == from) {
-            Some(i) if !self.heard[i] => {
-                self.heard[i] = true;
-                self.waiting -= 1;
-                true
+    /// Records an answer of the current gather from `from`; false if `from` is not in
+    /// this rank's subtree. A repeated answer (re-sent after a death) is ignored.
+    fn hear(&mut self, me: Rank, from: Rank) -> Result<bool, FrameError> {
+        if !self.tree.is_ancestor(me, from) {
+            return Err(FrameError::Malformed("answer from outside the subtree"));
+        }
+        if self.heard.contains(&from) {
+            return Ok(false);
+        }
+        self.heard.push(from);
+        Ok(true)
+    }
+
+    /// Starts the next gather.
+    fn reset_gather(&mut self) {
+        self.heard.clear();
+        self.sent_to = None;
+    }
+
+    /// Whether the subtree of `r` has answered: `r` did, or `r` is dead and all its
+    /// children's subtrees have.
+    fn covered(&self, r: Rank, dead: &RankSet) -> bool {
+        self.heard.contains(&r)
+            || (dead.contains(r)
+                && self
+                    .tree
+                    .children(r)
+                    .into_iter()
+                    .all(|c| self.covered(c, dead)))
+    }
+
+    /// Whether every child's subtree has answered.
+    fn gathered(&self, dead: &RankSet) -> bool {
+        self.children.iter().all(|&c| self.covered(c, dead))
+    }
+
+    /// This rank's nearest live ancestor: where its answers go.
+    fn up(&self, me: Rank, dead: &RankSet) -> Option<Rank> {
+        let mut at = me;
+        while let Some(p) = self.tree.parent(at) {
+            if !dead.contains(p) {
+                return Some(p);
             }
-            _ => false,
+            at = p;
+        }
+        None
+    }
+
+    /// The live ranks below `r` whose path to `r` is all dead (`r` excluded): where a
+    /// broadcast goes in place of `r`'s children.
+    fn live_below(&self, r: Rank, dead: &RankSet, out: &mut Vec<Rank>) {
+        for c in self.tree.children(r) {
+            if dead.contains(c) {
+                self.live_below(c, dead, out);
+            } else {
+                out.push(c);
+            }
         }
     }
 
-    fn reset_gather(&mut self) {
-        self.heard.iter_mut().for_each(|h| *h = false);
-        self.waiting = self.children.len();
+    /// Sends a broadcast message of this round to the live ranks below this rank.
+    fn broadcast(&self, io: &mut Io<'_>, epoch: u32, msg: &Msg) {
+        let mut to = Vec::new();
+        self.live_below(io.cfg.me, io.dead, &mut to);
+        for c in to {
+            io.send(c, epoch, msg);
+        }
+    }
+
+    /// Sends this rank's answer of the current phase to its nearest live ancestor.
+    fn answer(&mut self, io: &mut Io<'_>, epoch: u32) {
+        let Some(p) = self.up(io.cfg.me, io.dead) else {
+            return; // every ancestor, the coordinator included, is dead: a new one takes over
+        };
+        let ballot = self.ballot;
+        let msg = match self.phase {
+            Phase::Promised => Msg::Promise {
+                ballot,
+                report: self.report.clone(),
+            },
+            Phase::Accepted => Msg::Accepted {
+                ballot,
+                reject: self.reject,
+            },
+            Phase::Promising | Phase::Accepting => return,
+        };
+        io.send(p, epoch, &msg);
+        self.sent_to = Some(p);
     }
 }
 
@@ -616,7 +730,7 @@ impl Instance {
             coord: c0,
         };
         let leading = (c0 == me).then(|| (ballot, base.clone()));
-        let round = Round::new(n, me, ballot, base.clone());
+        let round = Round::new(n, me, ballot, Tree::new(&base), base.clone());
         let mut inst = Instance {
             epoch,
             base,
@@ -642,10 +756,6 @@ impl Instance {
             .or(self.accepted.as_ref().map(|(_, v)| v))
     }
 
-    fn is_root(&self) -> bool {
-        self.round.as_ref().is_some_and(|r| r.parent.is_none())
-    }
-
     fn handle(&mut self, io: &mut Io<'_>, from: Rank, msg: Msg) -> Result<(), FrameError> {
         let me = io.cfg.me;
         match msg {
@@ -657,8 +767,8 @@ impl Instance {
                 if tree.root() != Some(ballot.coord) {
                     return Err(FrameError::Malformed("coordinator is not the tree root"));
                 }
-                if tree.parent(me) != Some(from) {
-                    return Err(FrameError::Malformed("prepare not from the tree parent"));
+                if !tree.is_ancestor(from, me) {
+                    return Err(FrameError::Malformed("prepare not from a tree ancestor"));
                 }
                 self.max_round = self.max_round.max(ballot.round);
                 if ballot < self.promised {
@@ -670,16 +780,7 @@ impl Instance {
                     return Ok(()); // duplicate
                 }
                 self.promised = ballot;
-                let round = Round::new(io.cfg.n, me, ballot, excluded.clone());
-                for &c in &round.children {
-                    let msg = Msg::Prepare {
-                        ballot,
-                        excluded: excluded.clone(),
-                    };
-                    io.send(c, self.epoch, &msg);
-                }
-                self.round = Some(Box::new(round));
-                self.maybe_finish_gather(io);
+                self.begin_round(io, ballot, tree, excluded);
             }
             Msg::Promise { ballot, report } => {
                 self.max_round = self.max_round.max(report.reject.map_or(0, |b| b.round));
@@ -689,10 +790,9 @@ impl Instance {
                 if round.ballot != ballot || round.phase != Phase::Promising {
                     return Ok(()); // an abandoned round
                 }
-                if !round.hear(from) {
-                    return Err(FrameError::Malformed("promise from a non-child"));
+                if round.hear(me, from)? {
+                    round.report.merge(report);
                 }
-                round.report.merge(report);
                 self.maybe_finish_gather(io);
             }
             Msg::Accept { ballot, value } => {
@@ -710,7 +810,7 @@ impl Instance {
                     }
                     return Err(FrameError::Malformed("accept without a promise"));
                 };
-                if round.ballot != ballot || round.parent != Some(from) {
+                if round.ballot != ballot || !round.tree.is_ancestor(from, me) {
                     return Err(FrameError::Malformed("accept outside the promised round"));
                 }
                 if round.phase != Phase::Promised {
@@ -726,10 +826,9 @@ impl Instance {
                 if round.ballot != ballot || round.phase != Phase::Accepting {
                     return Ok(());
                 }
-                if !round.hear(from) {
-                    return Err(FrameError::Malformed("acknowledgement from a non-child"));
+                if round.hear(me, from)? {
+                    round.reject = round.reject.max(reject);
                 }
-                round.reject = round.reject.max(reject);
                 self.maybe_finish_gather(io);
             }
             Msg::Decide {
@@ -764,7 +863,7 @@ impl Instance {
         let Some(round) = self.round.as_mut() else {
             return;
         };
-        if round.waiting > 0 {
+        if matches!(round.phase, Phase::Promised | Phase::Accepted) || !round.gathered(io.dead) {
             return;
         }
         let ballot = round.ballot;
@@ -779,22 +878,17 @@ impl Instance {
                 };
                 own.contrib.union_with(io.dead);
                 round.report.merge(own);
-                match round.parent {
-                    Some(p) => {
-                        let report = round.report.clone();
-                        io.send(p, self.epoch, &Msg::Promise { ballot, report });
-                    }
-                    None => self.propose(io),
+                if round.is_root {
+                    self.propose(io);
+                } else {
+                    round.answer(io, self.epoch);
                 }
             }
             Phase::Accepting => {
                 round.phase = Phase::Accepted;
-                match round.parent {
-                    Some(p) => {
-                        let reject = round.reject;
-                        io.send(p, self.epoch, &Msg::Accepted { ballot, reject });
-                    }
-                    None => {
+                match round.is_root {
+                    false => round.answer(io, self.epoch),
+                    true => {
                         let rejected = round.reject.is_some() || self.promised != ballot;
                         let excluded = round.excluded.clone();
                         match (&self.accepted, rejected, &self.decided) {
@@ -854,13 +948,11 @@ impl Instance {
         };
         round.phase = Phase::Accepting;
         round.reset_gather();
-        for &c in &round.children {
-            let msg = Msg::Accept {
-                ballot,
-                value: value.clone(),
-            };
-            io.send(c, self.epoch, &msg);
-        }
+        let msg = Msg::Accept { ballot, value };
+        round.broadcast(io, self.epoch, &msg);
+        let Msg::Accept { value, .. } = msg else {
+            unreachable!()
+        };
         self.accepted = Some((ballot, value));
         self.maybe_finish_gather(io);
     }
@@ -888,7 +980,7 @@ impl Instance {
         let finished = self
             .round
             .as_ref()
-            .is_some_and(|r| r.parent.is_none() || r.phase == Phase::Accepted);
+            .is_some_and(|r| r.is_root || r.phase == Phase::Accepted);
         if finished {
             self.round = None;
         }
@@ -918,16 +1010,10 @@ impl Instance {
             }
             return;
         }
-        let need_round = match &self.leading {
-            None => true,
-            Some((_, excluded)) => {
-                // `excluded` was `dead` (or the previous G ⊆ dead) when the round began,
-                // and `dead` only grows: a longer `dead` means a participant died.
-                debug_assert!(excluded.is_subset(io.dead));
-                self.lead_failed || io.dead.len() > excluded.len()
-            }
-        };
-        if !need_round {
+        // A death inside the round is repaired in place (see [`Round`]); only a round
+        // of somebody else (this rank just became coordinator) or a rejected one needs
+        // a new ballot.
+        if self.leading.is_some() && !self.lead_failed {
             return;
         }
         let ballot = Ballot {
@@ -939,15 +1025,62 @@ impl Instance {
         self.lead_failed = false;
         let excluded = io.dead.clone();
         self.leading = Some((ballot, excluded.clone()));
-        let round = Round::new(io.cfg.n, io.cfg.me, ballot, excluded.clone());
-        for &c in &round.children {
-            let msg = Msg::Prepare {
-                ballot,
-                excluded: excluded.clone(),
-            };
-            io.send(c, self.epoch, &msg);
-        }
+        self.begin_round(io, ballot, Tree::new(&excluded), excluded);
+    }
+
+    /// Takes part in ballot `ballot` (round ≥ 1) over the tree of the ranks outside
+    /// `excluded`: passes the prepare on below and starts gathering promises.
+    fn begin_round(&mut self, io: &mut Io<'_>, ballot: Ballot, tree: Tree, excluded: RankSet) {
+        let round = Round::new(io.cfg.n, io.cfg.me, ballot, tree, excluded);
+        let msg = Msg::Prepare {
+            ballot,
+            excluded: round.excluded.clone(),
+        };
+        round.broadcast(io, self.epoch, &msg);
         self.round = Some(Box::new(round));
+        self.maybe_finish_gather(io);
+    }
+
+    /// Repairs this rank's part of the running round around the newly dead `dead`: the
+    /// round's broadcast goes on to the live ranks `dead` left without a parent (when
+    /// this rank is their nearest live ancestor), this rank's answer goes again to its
+    /// new nearest live ancestor (when `dead` held it), and the gather may now be
+    /// complete. Repeats are harmless: receivers ignore a broadcast or an answer they
+    /// already have.
+    fn on_death(&mut self, io: &mut Io<'_>, dead: Rank) {
+        let me = io.cfg.me;
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        if round.tree.is_ancestor(me, dead) && round.up(dead, io.dead) == Some(me) {
+            let down = match round.phase {
+                Phase::Promising | Phase::Promised if round.ballot.round > 0 => {
+                    Some(Msg::Prepare {
+                        ballot: round.ballot,
+                        excluded: round.excluded.clone(),
+                    })
+                }
+                Phase::Accepting | Phase::Accepted => self
+                    .accepted
+                    .as_ref()
+                    .filter(|(b, _)| *b == round.ballot)
+                    .map(|(b, v)| Msg::Accept {
+                        ballot: *b,
+                        value: v.clone(),
+                    }),
+                _ => None,
+            };
+            if let Some(msg) = down {
+                let mut orphans = Vec::new();
+                round.live_below(dead, io.dead, &mut orphans);
+                for c in orphans {
+                    io.send(c, self.epoch, &msg);
+                }
+            }
+        }
+        if round.sent_to.is_some_and(|to| io.dead.contains(to)) {
+            round.answer(io, self.epoch);
+        }
         self.maybe_finish_gather(io);
     }
 }
@@ -1026,7 +1159,10 @@ impl Agreement {
     }
     /// Whether this rank currently acts as coordinator of a round of the running epoch.
     pub fn is_coordinating(&self) -> bool {
-        self.cur.as_deref().is_some_and(Instance::is_root)
+        self.cur
+            .as_deref()
+            .and_then(|i| i.round.as_ref())
+            .is_some_and(|r| r.is_root)
     }
 
     fn instance(&self, epoch: u32) -> Option<&Instance> {
@@ -1065,14 +1201,9 @@ impl Agreement {
         let mut contribution = contribution.clone();
         contribution.remove(self.cfg.me);
         self.prev = self.cur.take();
-        let mut io = Io {
-            cfg: &self.cfg,
-            dead: &self.dead,
-            out: &mut self.out,
-            sent: &mut self.sent,
-            lowest_live: self.lowest_live,
-        };
-        self.cur = Some(Box::new(Instance::new(&mut io, epoch, base, contribution)));
+        let (mut io, _) = self.parts();
+        let instance = Instance::new(&mut io, epoch, base, contribution);
+        self.cur = Some(Box::new(instance));
         let early: Vec<_> = self.buffered.drain(..).collect();
         for (from, ep, msg) in early {
             if self.dead.contains(from) {
@@ -1095,8 +1226,24 @@ impl Agreement {
             return Ok(());
         }
         self.advance_lowest_live();
+        let (mut io, instances) = self.parts();
+        for inst in instances.into_iter().flatten() {
+            inst.on_death(&mut io, rank);
+        }
         self.after_input();
         Ok(())
+    }
+
+    /// The epochs' instances and the I/O bundle they share.
+    fn parts(&mut self) -> (Io<'_>, [Option<&mut Instance>; 2]) {
+        let io = Io {
+            cfg: &self.cfg,
+            dead: &self.dead,
+            out: &mut self.out,
+            sent: &mut self.sent,
+            lowest_live: self.lowest_live,
+        };
+        (io, [self.cur.as_deref_mut(), self.prev.as_deref_mut()])
     }
 
     fn advance_lowest_live(&mut self) {
@@ -1106,17 +1253,8 @@ impl Agreement {
     }
 
     fn dispatch(&mut self, from: Rank, epoch: u32, msg: Msg) -> Result<(), FrameError> {
-        let mut io = Io {
-            cfg: &self.cfg,
-            dead: &self.dead,
-            out: &mut self.out,
-            sent: &mut self.sent,
-            lowest_live: self.lowest_live,
-        };
-        for inst in [self.cur.as_deref_mut(), self.prev.as_deref_mut()]
-            .into_iter()
-            .flatten()
-        {
+        let (mut io, instances) = self.parts();
+        for inst in instances.into_iter().flatten() {
             if inst.epoch == epoch {
                 return inst.handle(&mut io, from, msg);
             }
@@ -1150,17 +1288,8 @@ impl Agreement {
         if self.excluded {
             return;
         }
-        let mut io = Io {
-            cfg: &self.cfg,
-            dead: &self.dead,
-            out: &mut self.out,
-            sent: &mut self.sent,
-            lowest_live: self.lowest_live,
-        };
-        for inst in [self.cur.as_deref_mut(), self.prev.as_deref_mut()]
-            .into_iter()
-            .flatten()
-        {
+        let (mut io, instances) = self.parts();
+        for inst in instances.into_iter().flatten() {
             inst.drive(&mut io);
         }
         let Some(cur) = &self.cur else {

@@ -13,26 +13,22 @@ use std::time::Instant as WallClock;
 
 use ft_core::agreement::{Agreement, Config, Event};
 use ft_core::wire::frame_capacity;
-use ft_core::{FrameError, Instant, Protocol, Rank, RankSet};
+use ft_core::{FrameError, Instant, Protocol, Rank, RankSet, SplitMix};
 
-/// splitmix64: a tiny seeded generator.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+/// Inclusive ranges and percentages drawn from the workspace's generator.
+trait Draw {
     /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
+    fn between(&mut self, lo: u64, hi: u64) -> u64;
+    /// True with probability `percent / 100`.
+    fn percent(&mut self, percent: u64) -> bool;
+}
+
+impl Draw for SplitMix {
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        self.range(lo, hi + 1)
     }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+    fn percent(&mut self, percent: u64) -> bool {
+        self.chance(percent, 100)
     }
 }
 
@@ -118,7 +114,7 @@ struct Outcome {
 
 struct Sim {
     sc: Scenario,
-    rng: Rng,
+    rng: SplitMix,
     now: u64,
     seq: u64,
     queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
@@ -145,7 +141,7 @@ impl Sim {
     fn new(sc: Scenario) -> Self {
         let n = sc.n;
         let mut sim = Sim {
-            rng: Rng(sc.seed),
+            rng: SplitMix::new(sc.seed),
             now: 0,
             seq: 0,
             queue: BinaryHeap::new(),
@@ -185,7 +181,7 @@ impl Sim {
             );
         }
         for r in 0..n {
-            let t = 1 + sim.rng.range(0, sim.sc.start_jitter);
+            let t = 1 + sim.rng.between(0, sim.sc.start_jitter);
             sim.schedule(t, Action::Start { rank: r });
         }
         sim
@@ -213,7 +209,7 @@ impl Sim {
             if to != rank {
                 let d = self
                     .rng
-                    .range(self.sc.notify_delay.0, self.sc.notify_delay.1);
+                    .between(self.sc.notify_delay.0, self.sc.notify_delay.1);
                 self.schedule(self.now + d, Action::Notify { to, dead: rank });
             }
         }
@@ -239,7 +235,8 @@ impl Sim {
             self.out.messages += 1;
             let bytes = self.buf[..tx.len].to_vec();
             let pair = r * self.sc.n as usize + tx.to as usize;
-            let t = (self.now + self.rng.range(1, self.sc.max_delay)).max(self.last_delivery[pair]);
+            let t =
+                (self.now + self.rng.between(1, self.sc.max_delay)).max(self.last_delivery[pair]);
             self.last_delivery[pair] = t;
             self.schedule(
                 t,
@@ -288,7 +285,7 @@ impl Sim {
         }
         self.decisions[r].insert(epoch, (agreed, self.now));
         if epoch < self.sc.epochs {
-            let t = self.now + self.rng.range(0, self.sc.start_jitter);
+            let t = self.now + self.rng.between(0, self.sc.start_jitter);
             self.schedule(t, Action::Start { rank });
         }
     }
@@ -611,27 +608,27 @@ fn exhaustive_two_failures_at_every_pair_of_send_steps() {
 /// A random scenario: `n` in 2..=256 (log-uniform), up to n/2 crashes at send steps or
 /// times, random delays, 2 or 3 epochs.
 fn random_scenario(seed: u64) -> Scenario {
-    let mut rng = Rng(seed ^ 0xa5a5_5a5a_dead_beef);
-    let bits = rng.range(1, 8);
-    let n = (rng.range(1u64 << (bits - 1), (1u64 << bits) - 1) as u32).clamp(2, 256);
+    let mut rng = SplitMix::new(seed ^ 0xa5a5_5a5a_dead_beef);
+    let bits = rng.between(1, 8);
+    let n = (rng.between(1u64 << (bits - 1), (1u64 << bits) - 1) as u32).clamp(2, 256);
     let mut sc = Scenario::quiet(n, seed);
-    sc.epochs = rng.range(2, 3) as u32;
-    sc.max_delay = rng.range(1, 50);
-    let lo = rng.range(1, 200);
-    sc.notify_delay = (lo, lo + rng.range(0, 400));
-    sc.start_jitter = rng.range(0, 100);
-    sc.lose_in_flight = rng.chance(50);
-    let f = rng.range(0, u64::from(n / 2)) as usize;
+    sc.epochs = rng.between(2, 3) as u32;
+    sc.max_delay = rng.between(1, 50);
+    let lo = rng.between(1, 200);
+    sc.notify_delay = (lo, lo + rng.between(0, 400));
+    sc.start_jitter = rng.between(0, 100);
+    sc.lose_in_flight = rng.percent(50);
+    let f = rng.between(0, u64::from(n / 2)) as usize;
     let mut victims: Vec<Rank> = (0..n).collect();
     for i in 0..f {
-        let j = rng.range(i as u64, u64::from(n) - 1) as usize;
+        let j = rng.between(i as u64, u64::from(n) - 1) as usize;
         victims.swap(i, j);
-        let kill = if rng.chance(50) {
-            Kill::BeforeSend(rng.range(1, 12) as u32)
-        } else if rng.chance(20) {
+        let kill = if rng.percent(50) {
+            Kill::BeforeSend(rng.between(1, 12) as u32)
+        } else if rng.percent(20) {
             Kill::At(0)
         } else {
-            Kill::At(rng.range(1, 40 * sc.max_delay * u64::from(ceil_log2(n))))
+            Kill::At(rng.between(1, 40 * sc.max_delay * u64::from(ceil_log2(n))))
         };
         sc.kills.push((victims[i], kill));
     }
@@ -798,13 +795,13 @@ fn frames_of_other_epochs_are_refused_or_buffered() {
 fn false_suspicion_keeps_validity_and_never_panics() {
     for seed in 0..300u64 {
         let mut sc = random_scenario(seed + 77_000);
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix::new(seed);
         let n = sc.n;
-        for _ in 0..rng.range(1, 3) {
-            let suspect = rng.range(0, u64::from(n) - 1) as Rank;
-            let by = rng.range(0, u64::from(n) - 1) as Rank;
+        for _ in 0..rng.between(1, 3) {
+            let suspect = rng.between(0, u64::from(n) - 1) as Rank;
+            let by = rng.between(0, u64::from(n) - 1) as Rank;
             if suspect != by {
-                sc.false_suspicions.push((suspect, by, rng.range(0, 300)));
+                sc.false_suspicions.push((suspect, by, rng.between(0, 300)));
             }
         }
         if sc.false_suspicions.is_empty() {

@@ -14,6 +14,24 @@ use backend_sim::failure::{run_scenario_keeping_state, RunOptions};
 use backend_sim::plan_file::{self, PlanFormat};
 use backend_sim::scenario::Scenario;
 
+/// A million-rank run makes hundreds of millions of small allocations (frames, rank
+/// sets) spread over gigabytes: mimalloc's per-size free lists serve them faster than
+/// the system allocator and keep a rank's objects closer together.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Asks mimalloc for 2 MiB pages (transparent huge pages, where the kernel allows them):
+/// every event of a big run touches a different rank's memory, and with 4 KiB pages a
+/// good share of that time went to TLB misses (a 10^6-rank run: 1.8 µs instead of
+/// 2.5 µs of CPU per event, on a quiet machine).
+fn use_large_pages() {
+    // SAFETY: `mi_option_set_enabled` stores an option value that mimalloc reads when it
+    // next maps memory from the OS; it has no other effect and no precondition.
+    unsafe {
+        libmimalloc_sys::mi_option_set_enabled(libmimalloc_sys::mi_option_large_os_pages, true)
+    };
+}
+
 #[derive(Parser)]
 #[command(
     name = "ftsim",
@@ -55,6 +73,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    use_large_pages();
     match Cli::parse().command {
         Command::Run {
             file,
