@@ -326,6 +326,8 @@ struct RankSlot<P> {
     /// Frames it sent (saturating).
     sent: u32,
     alive: bool,
+    /// Whether a scenario kill waits for one of its sends (then `step_kills` has it).
+    step_kill: bool,
     /// Arrival times of its latest frames to a few destinations, and a floor for every
     /// other destination: the latest arrival it forgot. A new frame to a remembered
     /// destination arrives after that destination's last one; to any other, after the
@@ -342,6 +344,7 @@ impl<P> RankSlot<P> {
             wake: Instant::MAX,
             sent: 0,
             alive: true,
+            step_kill: false,
             recent: [(Rank::MAX, 0); RECENT],
             next_recent: 0,
             floor: 0,
@@ -445,6 +448,9 @@ impl<P: SimRank> Sim<P> {
                     .queue
                     .push(ms(at).as_nanos(), Ev::Kill { rank: kill.rank }),
                 Ok(KillPoint::BeforeSend { family, nth }) => {
+                    if let Some(slot) = sim.slots.get_mut(kill.rank as usize) {
+                        slot.step_kill = true;
+                    }
                     sim.step_kills.entry(kill.rank).or_default().push(StepKill {
                         family,
                         nth,
@@ -709,6 +715,9 @@ impl<P: SimRank> Sim<P> {
     }
 
     fn dies_before_sending(&mut self, rank: Rank, frame: &[u8]) -> bool {
+        if !self.slots[rank as usize].step_kill {
+            return false;
+        }
         let Some(kills) = self.step_kills.get_mut(&rank) else {
             return false;
         };

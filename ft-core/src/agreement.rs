@@ -103,13 +103,15 @@
 //!   (a survivor is a participant of the ballot whose reduce built the value), and
 //!   `G ⊆` ranks some rank declared dead (contributions, detector reports, `D`).
 //! - **Termination**: let `t*` be the time by which every failure of the run has been
-//!   reported to every survivor and every survivor has started the epoch, and `δ` the
-//!   largest message delay. Then every survivor returns by `t* + (5·(k + 1) + 1)·h·δ`,
+//!   reported to every rank still alive (a rank that crashes later counts until it
+//!   does: as coordinator it waits on what it was told) and every survivor has started
+//!   the epoch, and `δ` the largest message delay. Then every survivor returns by `t* + (5·(k + 1) + 1)·h·δ`,
 //!   where `k ≤ f` is the number of rejections the final coordinator meets (a rejection
 //!   reveals a higher ballot of a dead earlier coordinator, and after it the final
 //!   coordinator's round is above all of that coordinator's ballots). Without failures
 //!   the bound is the `4·h` of the failure-free path. (Measured over 10^5 random
-//!   schedules in `tests/agreement.rs`: at most `5.3·⌈log2 n⌉·δ` after `t*`.)
+//!   schedules in `tests/agreement.rs`: at most `4.0·⌈log2 n⌉·δ` after `t*` with
+//!   in-place repair; `5.3·⌈log2 n⌉·δ` when every death started a new round.)
 //! - **Epochs**: successive decisions grow (`G_e ⊇ G_{e-1}`, since round 0 excludes
 //!   `G_{e-1}` and every value contains its `D`), and no frame of one epoch changes the
 //!   state of another.
@@ -890,13 +892,12 @@ impl Instance {
                     false => round.answer(io, self.epoch),
                     true => {
                         let rejected = round.reject.is_some() || self.promised != ballot;
-                        let excluded = round.excluded.clone();
                         match (&self.accepted, rejected, &self.decided) {
                             (_, _, Some(_)) => {}
                             (_, true, None) => self.lead_failed = true,
                             (Some((b, v)), false, None) if *b == ballot => {
                                 let v = v.clone();
-                                self.decide_and_broadcast(io, v, excluded);
+                                self.decide_and_broadcast(io, v);
                             }
                             _ => self.lead_failed = true,
                         }
@@ -924,8 +925,7 @@ impl Instance {
             return;
         }
         if let Some(v) = round.report.decided.clone() {
-            let excluded = round.excluded.clone();
-            self.decide_and_broadcast(io, v, excluded);
+            self.decide_and_broadcast(io, v);
             return;
         }
         let value = match &round.report.accepted {
@@ -957,8 +957,11 @@ impl Instance {
         self.maybe_finish_gather(io);
     }
 
-    fn decide_and_broadcast(&mut self, io: &mut Io<'_>, mut value: RankSet, excluded: RankSet) {
+    /// Decides `value` (with the previous `G`) and broadcasts the decision over the ranks
+    /// this rank believes alive.
+    fn decide_and_broadcast(&mut self, io: &mut Io<'_>, mut value: RankSet) {
         value.union_with(&self.base);
+        let excluded = io.dead.clone();
         let tree = Tree::new(&excluded);
         for c in tree.children(io.cfg.me) {
             let msg = Msg::Decide {
@@ -1006,7 +1009,7 @@ impl Instance {
             });
             if cut {
                 let value = value.clone();
-                self.decide_and_broadcast(io, value, io.dead.clone());
+                self.decide_and_broadcast(io, value);
             }
             return;
         }

@@ -32,6 +32,12 @@ impl Draw for SplitMix {
     }
 }
 
+/// `AGREEMENT_TRACE=1` prints every step of a run (use with `AGREEMENT_SEED`).
+fn trace_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("AGREEMENT_TRACE").is_some())
+}
+
 /// How a victim dies.
 #[derive(Clone, Copy, Debug)]
 enum Kill {
@@ -351,6 +357,16 @@ impl Sim {
         while let Some(Reverse((t, _, idx))) = self.queue.pop() {
             self.now = t;
             let action = self.actions[idx].take().expect("each action runs once");
+            if trace_enabled() {
+                match &action {
+                    Action::Deliver { from, to, bytes } => eprintln!(
+                        "t={t} deliver {from}->{to} kind {} epoch {}",
+                        bytes[1],
+                        u32::from_le_bytes([bytes[6], bytes[7], bytes[8], bytes[9]])
+                    ),
+                    other => eprintln!("t={t} {other:?}"),
+                }
+            }
             self.step(action);
             steps += 1;
             if steps > 50_000_000 {
@@ -440,13 +456,17 @@ impl Sim {
             }
             // t* (as documented): every rank that started this epoch (even one that died
             // later) had started, and every crash that happened before the epoch's last
-            // decision had been reported to every survivor.
+            // decision had been reported to every rank still alive then (survivors, and
+            // ranks that crash later: a coordinator that has not heard of a death waits
+            // for it whether or not it dies afterwards).
             for r in 0..n {
                 if let Some(&at) = self.start_times[r as usize].get(&epoch) {
                     t_star = t_star.max(at);
                 }
             }
-            for &s in &survivors {
+            let alive_at_last_decision = (0..n)
+                .filter(|&r| self.death_time[r as usize].is_none_or(|died| died > last_decision));
+            for s in alive_at_last_decision {
                 for &(t, dead) in &self.notify_times[s as usize] {
                     let relevant =
                         self.death_time[dead as usize].is_some_and(|died| died <= last_decision);
