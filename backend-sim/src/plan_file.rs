@@ -304,9 +304,9 @@ fn render_text(plan: &Plan) -> String {
         let _ = writeln!(
             out,
             "  class {k} {}: {}: {}",
-            set_names(&c.outputs),
+            set_names(c.outputs),
             plural(c.members.len(), "rank", "ranks"),
-            rank_list(&c.members, LIST)
+            rank_list(c.members, LIST)
         );
     }
     if plan.classes().len() > ROWS {

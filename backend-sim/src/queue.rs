@@ -129,6 +129,12 @@ impl<T: Copy> EventQueue<T> {
         }
     }
 
+    /// An item `ahead` places after the next one in the current bucket's sorted run, if
+    /// there is one: a hint of what comes soon (items pushed meanwhile may come first).
+    pub fn upcoming(&self, ahead: usize) -> Option<&T> {
+        self.run.get(self.run_pos + ahead).map(|e| &e.item)
+    }
+
     /// Removes and returns the next `(time, item)`.
     pub fn pop(&mut self) -> Option<(u64, T)> {
         self.fill()?;

@@ -105,6 +105,7 @@ fn ratios() {
     );
     eprintln!("scan_sum            {sum:>10.2?}");
     eprintln!("scan_bytes_per_rank {per_rank:>10.2?}");
+    let mut per_class = None;
     for strategy in Strategy::ALL {
         let s = spec.clone().with_strategy(strategy);
         let build = median(
@@ -123,6 +124,12 @@ fn ratios() {
             build.as_secs_f64() / sum.as_secs_f64(),
             build.as_secs_f64() / per_rank.as_secs_f64()
         );
+        if strategy == Strategy::PerClass {
+            per_class = Some(build.as_secs_f64() / sum.as_secs_f64());
+        }
+    }
+    if let Some(ratio) = per_class {
+        eprintln!("per-class build / scan_sum = {ratio:.2} (acceptance: at most 3)");
     }
     let plan = Plan::build(spec).expect("valid spec");
     plan.check().expect("the benchmarked plan is correct");

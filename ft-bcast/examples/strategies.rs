@@ -4,17 +4,7 @@
 //! Run: `cargo run --release -p ft-bcast --example strategies`
 
 use ft_bcast::{OutputSpec, Plan, PlanSpec, Strategy, Topology};
-
-/// A tiny deterministic generator (xorshift) for the random shapes.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, k: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % k
-    }
-}
+use ft_core::SplitMix;
 
 fn shapes() -> Vec<(&'static str, PlanSpec)> {
     let mut shapes = Vec::new();
@@ -46,10 +36,10 @@ fn shapes() -> Vec<(&'static str, PlanSpec)> {
     }
     shapes.push(("disjoint: 4096 ranks, 8 x 64KiB to r%8==j", disjoint));
     // Random: 8 outputs of mixed sizes, each rank takes each with probability 1/2.
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = SplitMix::new(0x9e37_79b9_7f4a_7c15);
     let mut random = PlanSpec::new(n, 0);
     for j in 0..8u32 {
-        let dests: Vec<u32> = (1..n).filter(|_| rng.below(2) == 0).collect();
+        let dests: Vec<u32> = (1..n).filter(|_| rng.chance(1, 2)).collect();
         random
             .outputs
             .push(OutputSpec::new(format!("R{j}"), 4096 << j, dests));

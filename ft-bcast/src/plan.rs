@@ -8,7 +8,10 @@
 //!
 //! - [`Strategy::PerClass`]: the destinations are refined into classes needing the same
 //!   outputs; one tree per class, every edge carries the class's outputs. One
-//!   activation per destination, each byte sent once per rank that needs it.
+//!   activation per destination, each byte sent once per rank that needs it. A class's
+//!   tree is its slice of the [`Partition`]'s flat member array under the topology, so
+//!   building the plan costs the refinement (`O(n + Σ|D_j|)`, one allocation for all
+//!   members) plus `O(1)` per class.
 //! - [`Strategy::FetchForDescendants`]: one tree over all destinations (increasing rank
 //!   order); the edge into a rank carries the union of the needs of its subtree.
 //! - [`Strategy::PerOutput`]: one tree per output over its destinations; each edge
@@ -30,7 +33,7 @@ use core::ops::Range;
 use ft_core::Rank;
 
 use crate::outputs::OutputSet;
-use crate::refine::Class;
+use crate::refine::Partition;
 use crate::spec::{PlanSpec, SpecError, Strategy};
 use crate::topology::FailedRanks;
 use hashbrown::HashMap;
@@ -115,7 +118,7 @@ pub(crate) struct RawEdge {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub(crate) spec: PlanSpec,
-    pub(crate) classes: Vec<Class>,
+    pub(crate) classes: Partition,
     pub(crate) unreachable: Vec<Rank>,
     pub(crate) trees: Vec<Tree>,
     /// Members of `Shape::Nodes` / `Shape::NodeSets` trees.
@@ -166,21 +169,18 @@ impl Plan {
         // Failed destinations leave their classes; a class left empty disappears.
         let mut unreachable = Vec::new();
         if !spec.failed.is_empty() {
-            for class in &mut partition.classes {
-                class.members.retain(|&r| {
-                    let dead = spec.failed.contains(r);
-                    if dead {
-                        unreachable.push(r);
-                    }
-                    !dead
-                });
-            }
-            partition.classes.retain(|c| !c.members.is_empty());
+            partition.retain(|r| {
+                let dead = spec.failed.contains(r);
+                if dead {
+                    unreachable.push(r);
+                }
+                !dead
+            });
             unreachable.sort_unstable();
         }
         let mut plan = Plan {
             spec,
-            classes: partition.classes,
+            classes: partition,
             unreachable,
             trees: Vec::new(),
             nodes: Vec::new(),
@@ -207,7 +207,7 @@ impl Plan {
     }
     /// The classes of live destinations needing the same outputs, ordered by smallest
     /// member (whatever the strategy).
-    pub fn classes(&self) -> &[Class] {
+    pub fn classes(&self) -> &Partition {
         &self.classes
     }
     /// Failed destinations, left out of every tree, in increasing order.
@@ -266,11 +266,15 @@ impl Plan {
     }
 
     fn build_per_class(&mut self) {
+        self.sets.reserve(self.classes.len());
+        self.trees.reserve(self.classes.len());
         for class in 0..self.classes.len() {
-            let outputs = self.classes[class].outputs.clone();
+            let Some(outputs) = self.classes.outputs_of(class).cloned() else {
+                break;
+            };
             let set = self.sets.len() as u32;
             self.sets.push(outputs.clone());
-            let len = self.classes[class].members.len();
+            let len = self.classes.members_of(class).len();
             self.push_tree(outputs, len, Shape::Class { class, set });
         }
     }
@@ -317,11 +321,12 @@ impl Plan {
         // Subtree needs, bottom-up: positions only have parents below them.
         let mut fetch: Vec<OutputSet> = Vec::with_capacity(order.len() + 1);
         fetch.push(OutputSet::new());
-        fetch.extend(
-            order
-                .iter()
-                .map(|&(_, k)| self.classes[k as usize].outputs.clone()),
-        );
+        fetch.extend(order.iter().map(|&(_, k)| {
+            self.classes
+                .outputs_of(k as usize)
+                .cloned()
+                .unwrap_or_default()
+        }));
         for i in (1..fetch.len()).rev() {
             let p = topology.parent(i).unwrap_or(0);
             let (low, high) = fetch.split_at_mut(i);
@@ -355,17 +360,14 @@ impl Plan {
         let mut spec = self.spec.clone();
         let mut classes = self.classes.clone();
         let mut unreachable = self.unreachable.clone();
-        for class in &mut classes {
-            class.members.retain(|&r| {
-                let gone = dead.is_failed(r);
-                if gone {
-                    unreachable.push(r);
-                    spec.failed.insert(r);
-                }
-                !gone
-            });
-        }
-        classes.retain(|c| !c.members.is_empty());
+        classes.retain(|r| {
+            let gone = dead.is_failed(r);
+            if gone {
+                unreachable.push(r);
+                spec.failed.insert(r);
+            }
+            !gone
+        });
         unreachable.sort_unstable();
         let mut plan = Plan {
             spec,
@@ -428,7 +430,7 @@ impl Plan {
         }
         let (members, set): (&[Rank], u32) = match &tree.shape {
             Shape::Explicit(edges) => return Some(self.explicit[edges.start + k]),
-            Shape::Class { class, set } => (&self.classes[*class].members, *set),
+            Shape::Class { class, set } => (self.classes.members_of(*class), *set),
             Shape::Nodes { nodes, set } => (&self.nodes[nodes.clone()], *set),
             Shape::NodeSets { nodes, first_set } => {
                 (&self.nodes[nodes.clone()], first_set + k as u32)

@@ -35,11 +35,16 @@
 //! detector's job): `poll_timeout` is always `None`.
 //!
 //! Peer input never panics: malformed frames, out-of-range ranks or output indices,
-//! sizes over [`Config::max_output_bytes`], inconsistent subtrees and data that does not
-//! match its announced size are rejected with a [`FrameError`] and change nothing.
+//! sizes over [`Config::max_output_bytes`] (or, for all outputs of a broadcast together,
+//! over [`Config::max_task_bytes`]), inconsistent subtrees and data that does not match
+//! its announced size are rejected with a [`FrameError`] and change nothing.
+//!
+//! **Memory.** An announced size costs nothing by itself: an output's buffer grows with
+//! the data that actually arrives (its in-order prefix, plus chunks that overtook it),
+//! never past the announced size, so a peer can make this rank hold at most what it
+//! really sent, and at most [`Config::max_task_bytes`] per broadcast.
 
 use alloc::collections::{BTreeMap, VecDeque};
-use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use hashbrown::{HashMap, HashSet};
@@ -66,18 +71,23 @@ pub struct Config {
     pub me: Rank,
     /// Largest output a peer may announce (bounds the memory a frame can make us take).
     pub max_output_bytes: u64,
+    /// Largest total of the output sizes announced for one broadcast (bounds the memory
+    /// one broadcast can make us take, however many outputs it has).
+    pub max_task_bytes: u64,
     /// Output indices a peer may name are below this.
     pub max_outputs: u32,
 }
 
 impl Config {
-    /// Rank `me` of communicator `comm` of `n` ranks; outputs up to 1 GiB, 4096 outputs.
+    /// Rank `me` of communicator `comm` of `n` ranks; outputs up to 1 GiB, 4 GiB per
+    /// broadcast, 4096 outputs.
     pub fn new(comm: u32, n: u32, me: Rank) -> Self {
         Config {
             comm,
             n,
             me,
             max_output_bytes: 1 << 30,
+            max_task_bytes: 1 << 32,
             max_outputs: 4096,
         }
     }
@@ -145,6 +155,14 @@ pub enum BcastError {
     },
     /// The plan has more outputs than [`Config::max_outputs`].
     TooManyOutputs,
+    /// An output is larger than [`Config::max_output_bytes`], or all outputs together
+    /// are larger than [`Config::max_task_bytes`]: the receivers would refuse it.
+    TooLarge {
+        /// The output's size, or the total.
+        bytes: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
     /// The communicator was revoked: no broadcast runs on it any more.
     Revoked,
 }
@@ -169,6 +187,12 @@ impl fmt::Display for BcastError {
                 "output #{output}: payload of {got} bytes, plan says {expected}"
             ),
             BcastError::TooManyOutputs => f.write_str("more outputs than the configured limit"),
+            BcastError::TooLarge { bytes, limit } => {
+                write!(
+                    f,
+                    "{bytes} bytes of outputs, over the configured limit of {limit}"
+                )
+            }
             BcastError::Revoked => f.write_str("the communicator was revoked"),
         }
     }
@@ -248,12 +272,44 @@ impl TreeState {
     }
 }
 
-/// One output's bytes, filled chunk by chunk.
-#[derive(Debug)]
+/// One output's bytes, filled chunk by chunk as they arrive.
+///
+/// `data` is the received prefix and grows with it (never reserved at the announced
+/// size, never past it); chunks that arrive ahead of the prefix wait in `ahead`, keyed
+/// by offset, until the gap before them fills. So the memory held is what arrived.
+#[derive(Debug, Default)]
 struct Buffer {
     data: Vec<u8>,
-    got: Vec<bool>,
-    missing: usize,
+    ahead: BTreeMap<u64, Vec<u8>>,
+}
+
+impl Buffer {
+    /// Adds the chunk at `offset` of an output of `size` bytes; true once the output is
+    /// complete. A chunk already held (from an old and a new source) is ignored.
+    fn add(&mut self, size: u64, offset: u64, chunk: &[u8]) -> bool {
+        let held = self.data.len() as u64;
+        if offset > held {
+            self.ahead.entry(offset).or_insert_with(|| chunk.to_vec());
+        } else if offset == held {
+            self.append(size, chunk);
+            while let Some(next) = self.ahead.remove(&(self.data.len() as u64)) {
+                self.append(size, &next);
+            }
+        }
+        self.data.len() as u64 == size
+    }
+
+    /// Appends to the prefix, growing it geometrically but never past `size`.
+    fn append(&mut self, size: u64, chunk: &[u8]) {
+        let len = self.data.len();
+        if self.data.capacity() - len < chunk.len() {
+            let need = len + chunk.len();
+            let most = usize::try_from(size).unwrap_or(usize::MAX).max(need);
+            let want = len.saturating_mul(2).max(need).min(most);
+            self.data.reserve_exact(want - len);
+        }
+        self.data.extend_from_slice(chunk);
+    }
 }
 
 /// A request waiting for outputs this rank does not hold yet.
@@ -301,10 +357,6 @@ pub struct Broadcaster {
     out: VecDeque<Outgoing>,
     events: VecDeque<BcastEvent>,
     revoked: bool,
-}
-
-fn chunks_of(size: u64) -> usize {
-    (size.div_ceil(MAX_CHUNK as u64)).max(1) as usize
 }
 
 fn varint_len(v: u64) -> usize {
@@ -510,6 +562,22 @@ impl Broadcaster {
         if spec.outputs.len() > self.cfg.max_outputs as usize {
             return Err(BcastError::TooManyOutputs);
         }
+        let mut total = 0u64;
+        for o in &spec.outputs {
+            if o.bytes > self.cfg.max_output_bytes {
+                return Err(BcastError::TooLarge {
+                    bytes: o.bytes,
+                    limit: self.cfg.max_output_bytes,
+                });
+            }
+            total = total.saturating_add(o.bytes);
+        }
+        if total > self.cfg.max_task_bytes {
+            return Err(BcastError::TooLarge {
+                bytes: total,
+                limit: self.cfg.max_task_bytes,
+            });
+        }
         if payloads.len() != spec.outputs.len() {
             return Err(BcastError::PayloadCount {
                 expected: spec.outputs.len(),
@@ -529,13 +597,11 @@ impl Broadcaster {
         for (j, data) in payloads.into_iter().enumerate() {
             let j = j as u32;
             t.sizes.insert(j, data.len() as u64);
-            let chunks = chunks_of(data.len() as u64);
             t.buffers.insert(
                 j,
                 Buffer {
                     data,
-                    got: vec![true; chunks],
-                    missing: 0,
+                    ahead: BTreeMap::new(),
                 },
             );
             t.complete.insert(j);
@@ -546,7 +612,7 @@ impl Broadcaster {
             if spec.strategy == Strategy::FetchForDescendants {
                 plan.classes()
                     .iter()
-                    .flat_map(|c| c.members.iter().map(move |&r| (r, &c.outputs)))
+                    .flat_map(|c| c.members.iter().map(move |&r| (r, c.outputs)))
                     .collect()
             } else {
                 HashMap::new()
@@ -753,6 +819,24 @@ impl Broadcaster {
                 "output larger than the configured limit",
             ));
         }
+        // The task's total with the newly announced outputs (sizes of outputs already
+        // known must match, checked below, so they count once).
+        let known = self.tasks.get(&task).map(|t| &t.sizes);
+        let total = known
+            .into_iter()
+            .flat_map(|sizes| sizes.values())
+            .chain(
+                a.sizes
+                    .iter()
+                    .filter(|(j, _)| !known.is_some_and(|k| k.contains_key(j)))
+                    .map(|(_, s)| s),
+            )
+            .fold(0u64, |sum, &s| sum.saturating_add(s));
+        if total > self.cfg.max_task_bytes {
+            return Err(FrameError::Malformed(
+                "outputs larger in total than the configured limit",
+            ));
+        }
         if a.expected > self.cfg.n as usize || a.entries.len() > a.expected {
             return Err(FrameError::Malformed(
                 "subtree larger than the communicator",
@@ -907,19 +991,11 @@ impl Broadcaster {
         if t.complete.contains(output) {
             return Ok(());
         }
-        let buffer = t.buffers.entry(output).or_insert_with(|| Buffer {
-            data: vec![0; size as usize],
-            got: vec![false; chunks_of(size)],
-            missing: chunks_of(size),
-        });
-        let index = (offset / chunk_len) as usize;
-        if buffer.got[index] {
-            return Ok(());
-        }
-        buffer.data[offset as usize..offset as usize + chunk.len()].copy_from_slice(chunk);
-        buffer.got[index] = true;
-        buffer.missing -= 1;
-        if buffer.missing == 0 {
+        if t.buffers
+            .entry(output)
+            .or_default()
+            .add(size, offset, chunk)
+        {
             t.complete.insert(output);
             self.progress(task);
         }
@@ -1234,23 +1310,10 @@ mod tests {
     use alloc::collections::BTreeSet;
     use alloc::format;
     use alloc::string::String;
+    use alloc::vec;
     use core::num::NonZeroU32;
+    use ft_core::SplitMix;
     use proptest::prelude::{any, prop, proptest, ProptestConfig, TestCaseError};
-
-    /// A tiny deterministic generator.
-    struct SplitMix(u64);
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, k: u64) -> u64 {
-            self.next() % k.max(1)
-        }
-    }
 
     fn payload(j: usize, len: u64) -> Vec<u8> {
         (0..len)
@@ -1282,7 +1345,7 @@ mod tests {
                 frames: Vec::new(),
                 notices: Vec::new(),
                 events: (0..n).map(|_| Vec::new()).collect(),
-                rng: SplitMix(seed),
+                rng: SplitMix::new(seed),
                 buf: vec![0; wire::frame_capacity(n)],
                 delivered: 0,
                 subtree_frames: 0,
@@ -1311,6 +1374,19 @@ mod tests {
             }
         }
 
+        /// Delivers frame `k` of `frames`; a rejected frame fails the test.
+        fn deliver(&mut self, k: usize) {
+            let (from, to, bytes) = self.frames.swap_remove(k);
+            self.delivered += 1;
+            if let Some(m) = self.ranks[to as usize].as_mut() {
+                match m.handle_message(Instant::ZERO, from, &bytes) {
+                    Ok(()) | Err(FrameError::FromFailedRank(_)) => {}
+                    Err(e) => panic!("rank {to} rejected a frame from {from}: {e}"),
+                }
+                self.drain(to);
+            }
+        }
+
         /// Delivers one frame or one failure notice; false when nothing is left.
         fn step(&mut self) -> bool {
             let total = self.frames.len() + self.notices.len();
@@ -1319,15 +1395,7 @@ mod tests {
             }
             let k = self.rng.below(total as u64) as usize;
             if k < self.frames.len() {
-                let (from, to, bytes) = self.frames.swap_remove(k);
-                self.delivered += 1;
-                if let Some(m) = self.ranks[to as usize].as_mut() {
-                    match m.handle_message(Instant::ZERO, from, &bytes) {
-                        Ok(()) | Err(FrameError::FromFailedRank(_)) => {}
-                        Err(e) => panic!("rank {to} rejected a frame from {from}: {e}"),
-                    }
-                    self.drain(to);
-                }
+                self.deliver(k);
             } else {
                 let (s, dead) = self.notices.swap_remove(k - self.frames.len());
                 if let Some(m) = self.ranks[s as usize].as_mut() {
@@ -1508,6 +1576,17 @@ mod tests {
             .start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
             .unwrap();
         net.drain(0);
+        // Rank 1 answers the queued request as soon as it holds the data. Rank 2 really
+        // asks only once activated, so its data is delivered after everything else.
+        let is_data_to_2 =
+            |f: &(Rank, Rank, Vec<u8>)| f.1 == 2 && f.2[1] == FrameKind::BcastData as u8;
+        while let Some(k) = net.frames.iter().position(|f| !is_data_to_2(f)) {
+            net.deliver(k);
+        }
+        assert!(
+            net.frames.iter().any(|f| f.0 == 1 && is_data_to_2(f)),
+            "the queued request is answered"
+        );
         while net.step() {}
         assert_eq!(
             net.ranks[2].as_ref().unwrap().output(5, 0),
@@ -1542,6 +1621,162 @@ mod tests {
             Err(FrameError::Malformed("frame from self"))
         );
         assert!(root.poll_transmit(Instant::ZERO, &mut net.buf).is_none());
+    }
+
+    /// An activation of `tree` of task 5 from `from` (whose only ancestor it is) that
+    /// fetches outputs `0..sizes.len()` of the given sizes, with an empty subtree.
+    fn activation_frame(from: Rank, tree: u32, sizes: &[u64]) -> Vec<u8> {
+        let fetch: OutputSet = (0..sizes.len() as u32).collect();
+        let mut w = Header {
+            kind: FrameKind::BcastActivate,
+            comm: 9,
+            epoch: 5,
+            sender: from,
+        }
+        .start();
+        w.put_varint(tree.into()).put_varint(1).put_rank(from);
+        put_set(&mut w, &fetch);
+        put_set(&mut w, &fetch);
+        for &size in sizes {
+            w.put_varint(size);
+        }
+        w.put_varint(0).put_varint(0);
+        w.finish()
+    }
+
+    /// A data frame of task 5 from `from`: output `output` of `total` bytes, the chunk
+    /// at `offset`.
+    fn data_frame(from: Rank, output: u32, total: u64, offset: u64) -> Vec<u8> {
+        let len = (MAX_CHUNK as u64).min(total - offset) as usize;
+        let mut w = Header {
+            kind: FrameKind::BcastData,
+            comm: 9,
+            epoch: 5,
+            sender: from,
+        }
+        .start();
+        w.put_varint(output.into())
+            .put_varint(total)
+            .put_varint(offset)
+            .put_bytes(&vec![7; len]);
+        w.finish()
+    }
+
+    /// Bytes of output data `m` holds for task 5 (capacity, not length).
+    fn held_bytes(m: &Broadcaster) -> usize {
+        m.tasks.get(&5).map_or(0, |t| {
+            t.buffers
+                .values()
+                .map(|b| b.data.capacity() + b.ahead.values().map(Vec::capacity).sum::<usize>())
+                .sum()
+        })
+    }
+
+    #[test]
+    fn a_huge_announcement_costs_no_memory_until_data_arrives() {
+        let gib = 1u64 << 30;
+        let mut cfg = Config::new(9, 3, 1);
+        cfg.max_task_bytes = 8 * gib;
+        let mut m = Broadcaster::new(cfg);
+        // Four outputs of 1 GiB each, 4 GiB in all: accepted, and nothing reserved.
+        m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib; 4]))
+            .unwrap();
+        assert_eq!(held_bytes(&m), 0);
+        let mut buf = vec![0; wire::frame_capacity(3)];
+        let request = m.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+        assert_eq!((request.to, buf[1]), (0, FrameKind::BcastRequest as u8));
+        // Data grows the buffer by what arrives: the first chunk, then one far ahead.
+        m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, gib, 0))
+            .unwrap();
+        assert!(held_bytes(&m) <= 2 * MAX_CHUNK, "{}", held_bytes(&m));
+        m.handle_message(
+            Instant::ZERO,
+            0,
+            &data_frame(0, 3, gib, 1000 * MAX_CHUNK as u64),
+        )
+        .unwrap();
+        assert!(held_bytes(&m) <= 3 * MAX_CHUNK, "{}", held_bytes(&m));
+        assert_eq!(m.output(5, 0), None, "incomplete outputs are not readable");
+    }
+
+    #[test]
+    fn out_of_order_chunks_complete_an_output_within_its_size() {
+        let size = 3 * MAX_CHUNK as u64 + 5;
+        let mut m = Broadcaster::new(Config::new(9, 3, 1));
+        m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[size]))
+            .unwrap();
+        for offset in [3, 1, 1, 0, 2, 0].map(|k| k * MAX_CHUNK as u64) {
+            m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, size, offset))
+                .unwrap();
+        }
+        assert_eq!(m.output(5, 0).map(<[u8]>::len), Some(size as usize));
+        assert!(held_bytes(&m) <= size as usize, "{}", held_bytes(&m));
+        assert!(m.tasks[&5].buffers[&0].ahead.is_empty());
+    }
+
+    #[test]
+    fn announced_totals_over_the_limit_are_refused() {
+        let gib = 1u64 << 30;
+        let mut m = Broadcaster::new(Config::new(9, 3, 1));
+        let too_big = Err(FrameError::Malformed(
+            "outputs larger in total than the configured limit",
+        ));
+        // Eight outputs of 1 GiB: each within its limit, 8 GiB in all over 4 GiB.
+        assert_eq!(
+            m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib; 8])),
+            too_big
+        );
+        assert!(m.tasks.is_empty(), "a refused activation changes nothing");
+        assert_eq!(
+            m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib + 1])),
+            Err(FrameError::Malformed(
+                "output larger than the configured limit"
+            ))
+        );
+        // The total counts every tree of the task: 3 GiB, then 2 GiB more is refused.
+        m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib; 3]))
+            .unwrap();
+        assert_eq!(
+            m.handle_message(Instant::ZERO, 0, &activation_frame(0, 1, &[gib; 5])),
+            too_big
+        );
+        assert_eq!(m.tasks[&5].trees.len(), 1);
+        assert!(m
+            .poll_transmit(Instant::ZERO, &mut vec![0; wire::frame_capacity(3)])
+            .is_some());
+        assert_eq!(held_bytes(&m), 0);
+
+        // The root refuses to start what its receivers would refuse.
+        let mut cfg = Config::new(9, 3, 0);
+        (cfg.max_output_bytes, cfg.max_task_bytes) = (100, 150);
+        let mut root = Broadcaster::new(cfg);
+        let plan = |sizes: &[u64]| {
+            let mut spec = PlanSpec::new(3, 0);
+            for (j, &b) in sizes.iter().enumerate() {
+                spec.outputs
+                    .push(OutputSpec::new(format!("o{j}"), b, vec![1, 2]));
+            }
+            Plan::build(spec).unwrap()
+        };
+        assert_eq!(
+            root.start_broadcast(Instant::ZERO, 1, &plan(&[101]), vec![payload(0, 101)]),
+            Err(BcastError::TooLarge {
+                bytes: 101,
+                limit: 100
+            })
+        );
+        assert_eq!(
+            root.start_broadcast(
+                Instant::ZERO,
+                1,
+                &plan(&[100, 100]),
+                vec![payload(0, 100), payload(1, 100)]
+            ),
+            Err(BcastError::TooLarge {
+                bytes: 200,
+                limit: 150
+            })
+        );
     }
 
     #[test]
@@ -1596,20 +1831,20 @@ mod tests {
     }
 
     fn random_spec(n: u32, m: usize, seed: u64) -> PlanSpec {
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix::new(seed);
         let root = rng.below(n.into()) as Rank;
         let mut spec = PlanSpec::new(n, root);
         for j in 0..m {
             let p = [10, 40, 80][rng.below(3) as usize];
             let dests: Vec<Rank> = (0..n)
-                .filter(|&r| r != root && rng.below(100) < p)
+                .filter(|&r| r != root && rng.chance(p, 100))
                 .collect();
             let bytes = [0, 1, 1000, MAX_CHUNK as u64 + 5][rng.below(4) as usize];
             spec.outputs
                 .push(OutputSpec::new(format!("o{j}"), bytes, dests));
         }
         let failed: Vec<Rank> = (0..n)
-            .filter(|&r| r != root && rng.below(100) < 5)
+            .filter(|&r| r != root && rng.chance(5, 100))
             .collect();
         spec.with_failed(&failed).unwrap()
     }

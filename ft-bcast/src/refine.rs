@@ -15,14 +15,21 @@
 //!   smallest member. The result depends only on the sets `D_j`, not on the order of
 //!   ranks within a list.
 //!
+//! The result is a [`Partition`] stored flat (CSR): every class's members in one array,
+//! class after class, plus one offset per class; a [`Class`] is a borrowed view. Building
+//! it costs one allocation for all members, whatever the number of classes.
+//!
 //! Two implementations give the same result:
 //! - up to 64 outputs with a dense rank map (the common case), a rank's class is its
 //!   need bitmask: one OR per destination entry into an `n`-entry array of the narrowest
-//!   word that holds `m` bits, then two passes in rank order that label and fill the
-//!   classes (module `masks`);
+//!   word that holds `m` bits, then passes in rank order that count the classes and
+//!   place every rank in the member array (module `masks`);
 //! - otherwise the split rounds above, over a rank → class map that is an `n`-entry
 //!   array, or a hash map when `n` is much larger than `Σ|D_j|` (so a huge communicator
 //!   with few destinations costs memory in the number of destinations only).
+//!
+//! Both end in the same grouping step (`group_by_id`): a counting sort of the ranks by
+//! class id into the flat member array, in `O(n + classes)` time.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -36,28 +43,163 @@ use crate::outputs::OutputSet;
 mod masks;
 use masks::refine_by_masks;
 
-/// A class of destinations that need the same outputs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Class {
+/// A class of destinations that need the same outputs: a view into a [`Partition`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Class<'a> {
     /// The outputs every member needs (indices into the output list).
-    pub outputs: OutputSet,
+    pub outputs: &'a OutputSet,
     /// The members, in increasing rank order.
-    pub members: Vec<Rank>,
+    pub members: &'a [Rank],
 }
 
 /// The classes of a partition, ordered by smallest member.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Stored flat: the members of every class in one array, class after class, with the
+/// offset where each class starts (one allocation for all members, however many
+/// classes there are). Class `k`'s members are `members[offsets[k]..offsets[k + 1]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Partition {
-    /// The classes.
-    pub classes: Vec<Class>,
+    /// Each class's output set.
+    outputs: Vec<OutputSet>,
+    /// `offsets[k]`: where class `k` starts in `members`; one more entry than classes,
+    /// the last being `members.len()`.
+    offsets: Vec<usize>,
+    /// Every class's members, class by class.
+    members: Vec<Rank>,
+}
+
+impl Default for Partition {
+    fn default() -> Self {
+        Partition {
+            outputs: Vec::new(),
+            offsets: vec![0],
+            members: Vec::new(),
+        }
+    }
 }
 
 impl Partition {
+    /// Number of classes.
+    pub fn len(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// True when there is no class (no destination).
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    /// Class `k` (`None` past the end).
+    pub fn get(&self, k: usize) -> Option<Class<'_>> {
+        Some(Class {
+            outputs: self.outputs.get(k)?,
+            members: self.members_of(k),
+        })
+    }
+
+    /// The members of class `k` in increasing rank order (empty past the end).
+    pub fn members_of(&self, k: usize) -> &[Rank] {
+        match (self.offsets.get(k), self.offsets.get(k + 1)) {
+            (Some(&from), Some(&to)) => &self.members[from..to],
+            _ => &[],
+        }
+    }
+
+    /// The output set of class `k` (`None` past the end).
+    pub fn outputs_of(&self, k: usize) -> Option<&OutputSet> {
+        self.outputs.get(k)
+    }
+
+    /// The classes in order.
+    pub fn iter(&self) -> Classes<'_> {
+        Classes {
+            partition: self,
+            front: 0,
+            back: self.len(),
+        }
+    }
+
+    /// Every destination, class by class (each class in increasing rank order).
+    pub fn members(&self) -> &[Rank] {
+        &self.members
+    }
+
     /// Total number of destination ranks (the sum of the class sizes).
     pub fn destinations(&self) -> usize {
-        self.classes.iter().map(|c| c.members.len()).sum()
+        self.members.len()
+    }
+
+    /// Keeps the members for which `keep` holds (visited class by class) and drops the
+    /// classes left empty; the order of classes and members is kept, so the invariants
+    /// hold afterwards. One pass, in place.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(Rank) -> bool) {
+        let mut write = 0;
+        let mut kept_classes = 0;
+        for k in 0..self.outputs.len() {
+            let (from, to) = (self.offsets[k], self.offsets[k + 1]);
+            let start = write;
+            for i in from..to {
+                let rank = self.members[i];
+                if keep(rank) {
+                    self.members[write] = rank;
+                    write += 1;
+                }
+            }
+            if write > start {
+                self.outputs.swap(kept_classes, k);
+                self.offsets[kept_classes] = start;
+                kept_classes += 1;
+            }
+        }
+        self.outputs.truncate(kept_classes);
+        self.offsets.truncate(kept_classes);
+        self.offsets.push(write);
+        self.members.truncate(write);
     }
 }
+
+impl<'a> IntoIterator for &'a Partition {
+    type Item = Class<'a>;
+    type IntoIter = Classes<'a>;
+    fn into_iter(self) -> Classes<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the classes of a [`Partition`], in order.
+#[derive(Clone, Debug)]
+pub struct Classes<'a> {
+    partition: &'a Partition,
+    front: usize,
+    back: usize,
+}
+
+impl<'a> Iterator for Classes<'a> {
+    type Item = Class<'a>;
+    fn next(&mut self) -> Option<Class<'a>> {
+        if self.front == self.back {
+            return None;
+        }
+        self.front += 1;
+        self.partition.get(self.front - 1)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.back - self.front;
+        (left, Some(left))
+    }
+}
+
+impl DoubleEndedIterator for Classes<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.front == self.back {
+            return None;
+        }
+        self.back -= 1;
+        self.partition.get(self.back)
+    }
+}
+
+impl ExactSizeIterator for Classes<'_> {}
 
 /// A destination list that cannot be refined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +256,7 @@ trait ClassMap {
 /// A class id as stored in the dense map. Every class has a distinct output set, so
 /// there are at most `min(2^m, Σ|D_j| + 1)` of them: with few outputs a byte per rank
 /// holds every id, which keeps the map (touched once per destination entry) in cache.
-trait DenseId: Copy + Default {
+trait DenseId: Copy + Default + Id {
     const MAX: u64;
     fn from_u32(v: u32) -> Self;
     fn to_u32(self) -> u32;
@@ -201,7 +343,14 @@ pub fn refine<L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Partition, Refine
         let sets = run_rounds(n, lists, &mut map)?;
         let mut pairs: Vec<(Rank, u32)> = map.into_iter().collect();
         pairs.sort_unstable_by_key(|p| p.0);
-        Ok(group(pairs.into_iter(), &sets))
+        let ids: Vec<u32> = pairs.iter().map(|p| p.1).collect();
+        let sizes = count_ids(&ids, sets.len());
+        Ok(group_by_id(
+            &ids,
+            &sizes,
+            |i| pairs[i].0,
+            |id| sets[id].clone(),
+        ))
     }
 }
 
@@ -211,30 +360,13 @@ fn refine_dense<T: DenseId, L: AsRef<[Rank]>>(
 ) -> Result<Partition, RefineError> {
     let mut map: Vec<T> = vec![T::default(); n as usize];
     let sets = run_rounds(n, lists, &mut map)?;
-    // Size every class before filling it: one counting pass over the (small) map.
-    let mut sizes: Vec<usize> = vec![0; sets.len()];
-    for c in &map {
-        sizes[c.to_u32() as usize] += 1;
-    }
-    const UNSEEN: u32 = u32::MAX;
-    let mut final_index: Vec<u32> = vec![UNSEEN; sets.len()];
-    let mut classes: Vec<Class> = Vec::new();
-    for (rank, c) in map.iter().enumerate() {
-        let c = c.to_u32();
-        if c == EMPTY_CLASS {
-            continue;
-        }
-        let slot = &mut final_index[c as usize];
-        if *slot == UNSEEN {
-            *slot = classes.len() as u32;
-            classes.push(Class {
-                outputs: sets[c as usize].clone(),
-                members: Vec::with_capacity(sizes[c as usize]),
-            });
-        }
-        classes[*slot as usize].members.push(rank as Rank);
-    }
-    Ok(Partition { classes })
+    let sizes = count_ids(&map, sets.len());
+    Ok(group_by_id(
+        &map,
+        &sizes,
+        |i| i as Rank,
+        |id| sets[id].clone(),
+    ))
 }
 
 fn run_rounds<L: AsRef<[Rank]>, M: ClassMap>(
@@ -280,24 +412,104 @@ fn run_rounds<L: AsRef<[Rank]>, M: ClassMap>(
     Ok(sets)
 }
 
-/// Groups `(rank, class id)` pairs, given in increasing rank order, into classes ordered
-/// by smallest member.
-fn group(ordered: impl Iterator<Item = (Rank, u32)>, sets: &[OutputSet]) -> Partition {
-    const UNSEEN: u32 = u32::MAX;
-    let mut final_index: Vec<u32> = vec![UNSEEN; sets.len()];
-    let mut classes: Vec<Class> = Vec::new();
-    for (rank, class) in ordered {
-        let slot = &mut final_index[class as usize];
-        if *slot == UNSEEN {
-            *slot = classes.len() as u32;
-            classes.push(Class {
-                outputs: sets[class as usize].clone(),
-                members: Vec::new(),
-            });
+/// A class id as read by [`group_by_id`].
+pub(crate) trait Id: Copy {
+    fn index(self) -> usize;
+}
+
+macro_rules! id {
+    ($($t:ty),*) => {$(
+        impl Id for $t {
+            #[inline]
+            fn index(self) -> usize {
+                self as usize
+            }
         }
-        classes[*slot as usize].members.push(rank);
+    )*};
+}
+id!(u8, u16, u32, u64);
+
+/// How many ranks have each id: `sizes[id]` for every id below `id_count`.
+pub(crate) fn count_ids<M: Id>(ids: &[M], id_count: usize) -> Vec<u32> {
+    if id_count > SPLIT_COUNT_MAX_IDS {
+        let mut sizes: Vec<u32> = vec![0; id_count];
+        for id in ids {
+            sizes[id.index()] += 1;
+        }
+        return sizes;
     }
-    Partition { classes }
+    // Four tables in turn, summed at the end: with one, a run of equal ids (classes that
+    // are rank ranges) chains every increment through the same memory word.
+    let mut tables: Vec<[u32; 4]> = vec![[0; 4]; id_count];
+    let quads = ids.chunks_exact(4);
+    for id in quads.remainder() {
+        tables[id.index()][0] += 1;
+    }
+    for quad in quads {
+        for (k, id) in quad.iter().enumerate() {
+            tables[id.index()][k] += 1;
+        }
+    }
+    tables.iter().map(|t| t.iter().sum()).collect()
+}
+
+/// Above this many ids, [`count_ids`] keeps one table.
+const SPLIT_COUNT_MAX_IDS: usize = 1 << 12;
+
+/// Groups ranks into a [`Partition`] by class id: `ids[i]` is the id of rank
+/// `rank_of(i)` (ranks increasing with `i`), `sizes` is [`count_ids`] of `ids`, id 0
+/// means no class, and `outputs_of(id)` is the output set of id `id`'s class.
+///
+/// Two passes over `ids`: find the ids in order of first appearance (the class order;
+/// the scan stops once every id in use is found, which is early unless a class's
+/// smallest member comes late); then place every rank at its class's cursor in the flat
+/// member array, allocated once at its final size. Ranks of id 0 are written to a spare
+/// last slot that never advances, so the placement has no branch.
+pub(crate) fn group_by_id<M: Id>(
+    ids: &[M],
+    sizes: &[u32],
+    rank_of: impl Fn(usize) -> Rank,
+    outputs_of: impl Fn(usize) -> OutputSet,
+) -> Partition {
+    let in_use = sizes.iter().skip(1).filter(|&&s| s > 0).count();
+    let total = ids.len() - sizes.first().map_or(0, |&s| s as usize);
+
+    // cursor[id]: where the next rank of id `id` goes; id 0's spare slot is `total`.
+    const UNSEEN: usize = usize::MAX;
+    let mut cursor: Vec<usize> = vec![UNSEEN; sizes.len()];
+    if let Some(c) = cursor.first_mut() {
+        *c = total;
+    }
+    let mut outputs: Vec<OutputSet> = Vec::with_capacity(in_use);
+    let mut offsets: Vec<usize> = Vec::with_capacity(in_use + 1);
+    let mut start = 0;
+    for id in ids {
+        if outputs.len() == in_use {
+            break;
+        }
+        let id = id.index();
+        if cursor[id] == UNSEEN {
+            cursor[id] = start;
+            offsets.push(start);
+            outputs.push(outputs_of(id));
+            start += sizes[id] as usize;
+        }
+    }
+    offsets.push(total);
+
+    let mut members: Vec<Rank> = vec![0; total + 1];
+    for (i, id) in ids.iter().enumerate() {
+        let id = id.index();
+        let at = &mut cursor[id];
+        members[*at] = rank_of(i);
+        *at += usize::from(id != 0);
+    }
+    members.truncate(total);
+    Partition {
+        outputs,
+        offsets,
+        members,
+    }
 }
 
 #[cfg(test)]
@@ -313,19 +525,41 @@ mod tests {
     #[test]
     fn issue_624_splits_into_two_classes() {
         let p = refine(3, &[vec![1, 2], vec![2]]).unwrap();
+        let (a, ab) = (set(&[0]), set(&[0, 1]));
         assert_eq!(
-            p.classes,
+            p.iter().collect::<Vec<_>>(),
             [
                 Class {
-                    outputs: set(&[0]),
-                    members: vec![1]
+                    outputs: &a,
+                    members: &[1]
                 },
                 Class {
-                    outputs: set(&[0, 1]),
-                    members: vec![2]
+                    outputs: &ab,
+                    members: &[2]
                 }
             ]
         );
+        assert_eq!(p.members(), [1, 2]);
+        assert_eq!(p.iter().next_back().map(|c| c.members), Some(&[2][..]));
+    }
+
+    #[test]
+    fn retain_keeps_order_and_drops_emptied_classes() {
+        // Classes: {1, 4} needs A, {2, 3} needs A and B, {5} needs B.
+        let mut p = refine(6, &[vec![1, 2, 3, 4], vec![5, 3, 2]]).unwrap();
+        assert_eq!(p.len(), 3);
+        p.retain(|r| r != 2 && r != 3);
+        let classes: Vec<(Vec<u32>, Vec<Rank>)> = p
+            .iter()
+            .map(|c| (c.outputs.iter().collect(), c.members.to_vec()))
+            .collect();
+        assert_eq!(classes, [(vec![0], vec![1, 4]), (vec![1], vec![5])]);
+        assert_eq!(p.destinations(), 3);
+        assert_eq!(p.members_of(2), [] as [Rank; 0]);
+        assert!(p.get(2).is_none());
+        p.retain(|_| false);
+        assert!(p.is_empty());
+        assert_eq!(p, Partition::default());
     }
 
     #[test]
@@ -339,6 +573,31 @@ mod tests {
             Err(RefineError::Duplicate { list: 0, rank: 1 })
         );
         assert_eq!(refine::<Vec<Rank>>(0, &[]), Ok(Partition::default()));
+        // A repeat is found after the masks are set, yet it still wins over a later
+        // rank out of range.
+        assert_eq!(
+            refine(4, &[vec![1, 1], vec![9]]),
+            Err(RefineError::Duplicate { list: 0, rank: 1 })
+        );
+        assert_eq!(
+            refine(4, &[vec![1], vec![2, 3, 2, 9]]),
+            Err(RefineError::Duplicate { list: 1, rank: 2 })
+        );
+    }
+
+    /// The first bad entry, in list order then entry order, found the slow way.
+    fn first_bad(n: u32, lists: &[Vec<Rank>]) -> Option<RefineError> {
+        for (list, l) in lists.iter().enumerate() {
+            for (k, &rank) in l.iter().enumerate() {
+                if rank >= n {
+                    return Some(RefineError::OutOfRange { list, rank });
+                }
+                if l[..k].contains(&rank) {
+                    return Some(RefineError::Duplicate { list, rank });
+                }
+            }
+        }
+        None
     }
 
     #[test]
@@ -346,15 +605,15 @@ mod tests {
         // Output j goes to ranks j and j + 1: 300 outputs, classes {j-1, j}.
         let lists: Vec<Vec<Rank>> = (0..300).map(|j| vec![j, j + 1]).collect();
         let p = refine(301, &lists).unwrap();
-        assert_eq!(p.classes.len(), 301);
-        assert_eq!(p.classes[200].outputs, set(&[199, 200]));
+        assert_eq!(p.len(), 301);
+        assert_eq!(p.get(200).map(|c| c.outputs), Some(&set(&[199, 200])));
     }
 
     #[test]
     fn huge_communicators_use_the_sparse_map() {
         let p = refine(u32::MAX, &[vec![u32::MAX - 1, 5], vec![5]]).unwrap();
-        assert_eq!(p.classes[0].members, [5]);
-        assert_eq!(p.classes[1].members, [u32::MAX - 1]);
+        assert_eq!(p.members_of(0), [5]);
+        assert_eq!(p.members_of(1), [u32::MAX - 1]);
     }
 
     proptest! {
@@ -374,15 +633,15 @@ mod tests {
             }
             prop_assert_eq!(p.destinations(), needs.len());
             let mut seen_first = None;
-            for c in &p.classes {
+            for c in &p {
                 prop_assert!(!c.members.is_empty() && !c.outputs.is_empty());
                 prop_assert!(c.members.windows(2).all(|w| w[0] < w[1]));
                 prop_assert!(seen_first < Some(c.members[0]));
                 seen_first = Some(c.members[0]);
-                for r in &c.members { prop_assert_eq!(&needs[r], &c.outputs); }
+                for r in c.members { prop_assert_eq!(&needs[r], c.outputs); }
             }
             let distinct: alloc::collections::BTreeSet<Vec<u32>> = needs.values().map(|s| s.iter().collect()).collect();
-            prop_assert_eq!(distinct.len(), p.classes.len());
+            prop_assert_eq!(distinct.len(), p.len());
         }
 
         /// 13 to 70 outputs: the 16-, 32- and 64-bit masks and the split rounds beyond
@@ -396,6 +655,22 @@ mod tests {
             let dense = refine(n, &lists).unwrap();
             let sparse = refine(n.saturating_mul(1 << 20), &lists).unwrap();
             prop_assert_eq!(dense, sparse);
+        }
+    }
+
+    proptest! {
+        /// Bad input (repeats, ranks out of range, in any order) is reported at the
+        /// first offending entry, whatever the path (mask widths, split rounds).
+        #[test]
+        fn bad_entries_are_found_where_they_are(
+            n in 1u32..40,
+            lists in prop::collection::vec(prop::collection::vec(0u32..44, 0..12), 1..20),
+        ) {
+            let got = refine(n, &lists);
+            match first_bad(n, &lists) {
+                Some(e) => prop_assert_eq!(got, Err(e)),
+                None => prop_assert!(got.is_ok()),
+            }
         }
     }
 

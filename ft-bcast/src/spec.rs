@@ -210,7 +210,6 @@ impl PlanSpec {
         // The root needs nothing from itself: naming it is a spec error. Only the root's
         // own class can tell, and only on this (rare) error path do we look for the list.
         if partition
-            .classes
             .iter()
             .any(|c| c.members.binary_search(&self.root).is_ok())
         {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
 
 use ft_bcast::{OutputSet, OutputSpec, Plan, PlanSpec, Strategy, Topology};
-use ft_core::Rank;
+use ft_core::{Rank, SplitMix};
 use proptest::prelude::*;
 
 fn kary(k: u32) -> Topology {
@@ -210,32 +210,17 @@ fn a_spec_from_a_failure_view_leaves_known_failures_out() {
     assert_eq!(plan.stats().activations, 2);
 }
 
-/// A tiny deterministic generator so a proptest case can describe a big spec by a seed.
-struct SplitMix(u64);
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, k: u64) -> u64 {
-        self.next() % k.max(1)
-    }
-}
-
 /// A random spec: `n` ranks, `m` outputs each going to a random fraction of the ranks
 /// (lists shuffled), about `failed_pct`% of the ranks failed.
 fn random_spec(n: u32, m: usize, failed_pct: u64, seed: u64) -> PlanSpec {
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix::new(seed);
     let root = rng.below(n.into()) as Rank;
     let mut spec = PlanSpec::new(n, root);
     for j in 0..m {
         // Densities from "a few ranks" to "almost everyone".
         let per_mille = [2, 20, 100, 500, 900][rng.below(5) as usize];
         let mut dests: Vec<Rank> = (0..n)
-            .filter(|&r| r != root && rng.below(1000) < per_mille)
+            .filter(|&r| r != root && rng.chance(per_mille, 1000))
             .collect();
         for i in (1..dests.len()).rev() {
             let k = rng.below(i as u64 + 1) as usize;
@@ -246,7 +231,7 @@ fn random_spec(n: u32, m: usize, failed_pct: u64, seed: u64) -> PlanSpec {
             .push(OutputSpec::new(format!("o{j}"), bytes, dests));
     }
     let failed: Vec<Rank> = (0..n)
-        .filter(|&r| r != root && rng.below(100) < failed_pct)
+        .filter(|&r| r != root && rng.chance(failed_pct, 100))
         .collect();
     spec.with_failed(&failed).expect("in range")
 }
@@ -362,8 +347,8 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let spec = random_spec(n, m, failed_pct, seed);
-        let mut rng = SplitMix(seed ^ 0xdead);
-        let dead: Vec<Rank> = (0..n).filter(|&r| r != spec.root && rng.below(100) < dead_pct).collect();
+        let mut rng = SplitMix::new(seed ^ 0xdead);
+        let dead: Vec<Rank> = (0..n).filter(|&r| r != spec.root && rng.chance(dead_pct, 100)).collect();
         let (first, second) = dead.split_at(dead.len() / 2);
         for topology in [Topology::Star, Topology::Chain, Topology::Binomial, kary(k)] {
             for strategy in Strategy::ALL {

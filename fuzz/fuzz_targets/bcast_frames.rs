@@ -21,6 +21,9 @@ const COMM: u32 = 9;
 /// Keeps what a forged size can make a machine allocate small.
 const MAX_OUTPUT_BYTES: u64 = 1 << 12;
 const MAX_OUTPUTS: u32 = 16;
+/// Above the at most 6 outputs of under `MAX_OUTPUT_BYTES / 2` the specs here have, so
+/// honest plans fit; mutated frames announcing more are refused.
+const MAX_TASK_BYTES: u64 = 4 * MAX_OUTPUT_BYTES;
 
 #[derive(Arbitrary, Debug)]
 struct Output {
@@ -196,6 +199,7 @@ fuzz_target!(|input: Input| {
         .map(|me| {
             let mut cfg = Config::new(COMM, n, me);
             cfg.max_output_bytes = MAX_OUTPUT_BYTES;
+            cfg.max_task_bytes = MAX_TASK_BYTES;
             cfg.max_outputs = MAX_OUTPUTS;
             Broadcaster::new(cfg)
         })

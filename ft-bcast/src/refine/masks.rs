@@ -2,20 +2,25 @@
 //!
 //! With `m ≤ 64` outputs the set of outputs a rank needs fits in one word, and two ranks
 //! are in the same class exactly when their masks are equal. Refining by `D_j` then
-//! amounts to setting bit `j` in the mask of every rank of `D_j`, and the classes come out
-//! of two passes in rank order over the masks:
+//! amounts to setting bit `j` in the mask of every rank of `D_j` (pass 0), and the
+//! classes come out of passes in rank order over the masks:
 //!
-//! 1. relabel every mask with a dense class id, in order of first appearance (so in order
-//!    of smallest member), counting each class's size (up to 8 outputs the mask itself
-//!    serves as the id, and this pass only counts and notes first appearances);
-//! 2. append each rank to its class's member list, allocated at its final size, a block
-//!    of ranks at a time (see `fill_blocked`).
+//! 1. beyond 8 outputs, relabel every mask with a dense class id in order of first
+//!    appearance (up to 8 outputs the mask itself serves as the id, at most 256 ids);
+//! 2. count each id's ranks; the counts also check that no list repeats a rank (list
+//!    `j` has as many entries as there are ranks with bit `j`), so pass 0 does no test
+//!    per entry;
+//! 3. group: the flat member array of the [`Partition`] is filled by one counting-sort
+//!    pass (`group_by_id` in the parent module).
 //!
 //! Every pass is sequential over the lists or the mask array, and the array is the
 //! narrowest word that holds `m` bits (one byte per rank for up to 8 outputs), so the
-//! scattered updates of pass 0 mostly hit cache. The cost is `O(n + Σ|D_j|)`; labels
-//! cost one table lookup per rank for up to 16 outputs and one hash lookup per run of
-//! equal masks beyond.
+//! scattered updates of pass 0 mostly hit cache. The cost is `O(n + Σ|D_j|)` time and
+//! `n` words plus the member array of memory; labels cost one table lookup per rank for
+//! up to 16 outputs and one hash lookup per run of equal masks beyond. Bad input (a
+//! rank out of range, a repeat) is found by pass 0 or the counts and then located
+//! exactly by a slow second look, so it is reported at the same entry as by the split
+//! rounds of the parent module.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -24,12 +29,14 @@ use hashbrown::HashMap;
 
 use ft_core::Rank;
 
-use super::{Class, Partition, RefineError};
+use super::{count_ids, group_by_id, Id, Partition, RefineError};
 use crate::outputs::OutputSet;
 
 /// An unsigned word used as a set of at most `BITS` outputs, or (after relabelling) as
 /// a class id.
-pub(super) trait NeedMask: Copy + Eq + BitOr<Output = Self> + BitAnd<Output = Self> {
+pub(super) trait NeedMask:
+    Copy + Eq + Id + BitOr<Output = Self> + BitAnd<Output = Self>
+{
     /// The empty set; also the id of the class of ranks that need nothing.
     const EMPTY: Self;
     /// Maps masks to class ids.
@@ -162,142 +169,103 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
     debug_assert!(lists.len() <= mask_bits::<M>() as usize);
     let mut masks = need_masks::<M, L>(n, lists)?;
     if lists.len() <= SMALL_OUTPUTS {
-        return Ok(group_small_masks(&masks, lists.len()));
+        let sizes = count_ids(&masks, 1 << lists.len());
+        let mask_of = |id: usize| id as u64;
+        check_no_repeats::<M, L>(n, lists, &sizes, mask_of)?;
+        return Ok(group_by_id(
+            &masks,
+            &sizes,
+            |i| i as Rank,
+            |id| output_set(mask_of(id)),
+        ));
     }
 
-    // Pass 1: masks become class ids; sizes counted per id.
+    // Masks become dense class ids, in order of first appearance.
     let mut labels = M::Labels::new(lists.len());
-    let mut sizes: Vec<u32> = vec![0];
     for word in masks.iter_mut() {
-        let id = labels.label(*word);
-        if id as usize == sizes.len() {
-            sizes.push(0);
-        }
-        sizes[id as usize] += 1;
-        *word = M::from_id(id);
+        *word = M::from_id(labels.label(*word));
     }
-
-    // Pass 2: member lists, each allocated once at its final size.
-    let mut classes: Vec<Class> = labels
-        .into_masks()
-        .into_iter()
-        .zip(sizes)
-        .skip(1)
-        .map(|(mask, size)| Class {
-            outputs: output_set(mask.widen()),
-            members: Vec::with_capacity(size as usize),
-        })
-        .collect();
-    if classes.len() <= MAX_BLOCKED_CLASSES {
-        let identity: Vec<u32> = (0..=classes.len() as u32).collect();
-        fill_blocked(&masks, &identity, &mut classes);
-    } else {
-        for (rank, id) in masks.iter().enumerate() {
-            let id = id.widen() as usize;
-            if id != 0 {
-                classes[id - 1].members.push(rank as Rank);
-            }
-        }
-    }
-    Ok(Partition { classes })
+    let label_masks = labels.into_masks();
+    let sizes = count_ids(&masks, label_masks.len());
+    let mask_of = |id: usize| label_masks[id].widen();
+    check_no_repeats::<M, L>(n, lists, &sizes, mask_of)?;
+    Ok(group_by_id(
+        &masks,
+        &sizes,
+        |i| i as Rank,
+        |id| output_set(mask_of(id)),
+    ))
 }
 
-/// Up to this many outputs, masks serve directly as buckets of [`fill_blocked`] (at
-/// most 256 of them), which saves the relabelling pass.
+/// Up to this many outputs, masks serve directly as class ids (at most 256 of them),
+/// which saves the relabelling pass.
 const SMALL_OUTPUTS: usize = 8;
 
-/// Passes 1 and 2 for at most [`SMALL_OUTPUTS`] outputs: one pass counts each mask's
-/// ranks and notes the masks in order of first appearance (the class order), and the
-/// fill reads the masks as they are.
-fn group_small_masks<M: NeedMask>(masks: &[M], outputs: usize) -> Partition {
-    let buckets = 1usize << outputs;
-    let mut sizes: Vec<u32> = vec![0; buckets];
-    let mut first_seen: Vec<M> = Vec::new();
-    for &mask in masks {
-        let size = &mut sizes[mask.widen() as usize];
-        if *size == 0 && mask != M::EMPTY {
-            first_seen.push(mask);
+/// The repeat check of pass 0, done on the class sizes: list `j` names no rank twice
+/// exactly when as many ranks have bit `j` as the list has entries (`mask_of(id)` is
+/// the mask of class id `id`). On a mismatch the lists are checked entry by entry for
+/// the first offending one.
+fn check_no_repeats<M: NeedMask, L: AsRef<[Rank]>>(
+    n: u32,
+    lists: &[L],
+    sizes: &[u32],
+    mask_of: impl Fn(usize) -> u64,
+) -> Result<(), RefineError> {
+    let mut with_bit: Vec<u64> = vec![0; lists.len()];
+    for (id, &size) in sizes.iter().enumerate().filter(|(_, &s)| s > 0) {
+        let mut bits = mask_of(id);
+        while bits != 0 {
+            with_bit[bits.trailing_zeros() as usize] += u64::from(size);
+            bits &= bits - 1;
         }
-        *size += 1;
     }
-    // class_of[mask]: 1 + the index of the mask's class, 0 for the empty mask.
-    let mut class_of: Vec<u32> = vec![0; buckets];
-    let mut classes: Vec<Class> = Vec::with_capacity(first_seen.len());
-    for mask in first_seen {
-        let bucket = mask.widen() as usize;
-        classes.push(Class {
-            outputs: output_set(mask.widen()),
-            members: Vec::with_capacity(sizes[bucket] as usize),
-        });
-        class_of[bucket] = classes.len() as u32;
+    if lists
+        .iter()
+        .zip(&with_bit)
+        .all(|(list, &count)| list.as_ref().len() as u64 == count)
+    {
+        return Ok(());
     }
-    fill_blocked(masks, &class_of, &mut classes);
-    Partition { classes }
+    first_bad_entry::<M, L>(n, lists).map_or(Ok(()), Err)
 }
 
-/// Ranks per block of [`fill_blocked`]: its scratch (4 bytes a rank) stays in L2.
-const FILL_BLOCK: usize = 16 * 1024;
-
-/// Up to this many classes, [`fill_blocked`] pays for its per-block prefix sums.
-const MAX_BLOCKED_CLASSES: usize = 4096;
-
-/// Appends every rank to its class's members, given each rank's bucket (`ids`) and
-/// `class_of[bucket]`: 1 + the index of the bucket's class, or 0 for no class.
-///
-/// Pushing each rank straight to its class writes to as many places at once as there
-/// are classes, and with hundreds of them nearly every store misses the cache. Instead,
-/// each block of ranks is counting-sorted by bucket into a small scratch buffer that
-/// stays in cache, and every class then receives its run of the block in one copy.
-fn fill_blocked<M: NeedMask>(ids: &[M], class_of: &[u32], classes: &mut [Class]) {
-    let mut scratch: Vec<Rank> = vec![0; FILL_BLOCK.min(ids.len())];
-    // The block's ranks sorted by bucket go to the scratch, bucket 0 first.
-    // `cursor[b + 1]` starts as the offset of bucket b's run and ends as the offset of
-    // its end, which is also the start of bucket b + 1's run.
-    let mut cursor: Vec<u32> = vec![0; class_of.len() + 1];
-    for (b, block) in ids.chunks(FILL_BLOCK).enumerate() {
-        let first_rank = (b * FILL_BLOCK) as Rank;
-        cursor.iter_mut().for_each(|c| *c = 0);
-        for id in block {
-            cursor[id.widen() as usize + 1] += 1;
-        }
-        let mut total = 0;
-        for c in cursor.iter_mut() {
-            total += *c;
-            *c = total - *c;
-        }
-        for (i, id) in block.iter().enumerate() {
-            let at = &mut cursor[id.widen() as usize + 1];
-            scratch[*at as usize] = first_rank + i as Rank;
-            *at += 1;
-        }
-        // Bucket k's run ends at cursor[k + 1] and starts where bucket k - 1's ends.
-        for (k, &class) in class_of.iter().enumerate() {
-            let (from, to) = (cursor[k] as usize, cursor[k + 1] as usize);
-            if class != 0 && from < to {
-                classes[class as usize - 1]
-                    .members
-                    .extend_from_slice(&scratch[from..to]);
-            }
-        }
-    }
-}
-
-/// Pass 0: every rank's need mask, checking ranks and repeats in list order.
+/// Pass 0: every rank's need mask. A rank out of range is reported here; repeats are
+/// not looked for (that would cost a test and a branch per entry, the bulk of this
+/// pass): a repeat leaves fewer ranks with the list's bit than the list has entries,
+/// which [`check_no_repeats`] sees from the class sizes.
 fn need_masks<M: NeedMask, L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Vec<M>, RefineError> {
     let mut masks: Vec<M> = vec![M::EMPTY; n as usize];
     for (j, list) in lists.iter().enumerate() {
         let bit = M::bit(j);
         for &rank in list.as_ref() {
             let Some(mask) = masks.get_mut(rank as usize) else {
-                return Err(RefineError::OutOfRange { list: j, rank });
+                // This entry is the first bad one unless a repeat comes before it.
+                return Err(first_bad_entry::<M, L>(n, &lists[..=j])
+                    .unwrap_or(RefineError::OutOfRange { list: j, rank }));
             };
-            if *mask & bit != M::EMPTY {
-                return Err(RefineError::Duplicate { list: j, rank });
-            }
             *mask = *mask | bit;
         }
     }
     Ok(masks)
+}
+
+/// The first entry, in list order then entry order, that is out of range or repeats a
+/// rank of its list: the slow path, taken only when pass 0 has seen bad input.
+fn first_bad_entry<M: NeedMask, L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Option<RefineError> {
+    let mut masks: Vec<M> = vec![M::EMPTY; n as usize];
+    for (j, list) in lists.iter().enumerate() {
+        let bit = M::bit(j);
+        for &rank in list.as_ref() {
+            let Some(mask) = masks.get_mut(rank as usize) else {
+                return Some(RefineError::OutOfRange { list: j, rank });
+            };
+            if *mask & bit != M::EMPTY {
+                return Some(RefineError::Duplicate { list: j, rank });
+            }
+            *mask = *mask | bit;
+        }
+    }
+    None
 }
 
 /// The outputs whose bits are set in `bits`.
