@@ -34,6 +34,8 @@
 //!   sifting a heap of millions;
 //! - a rank's machine and the engine's words about it (wake-up, alive flag, FIFO memory)
 //!   sit side by side, so an event touches one region of memory;
+//! - while an event runs, the rank (and frame) of the event a few places ahead in the
+//!   queue is prefetched, so that rank's cache misses overlap this event's work;
 //! - with `"phases": "staggered"` in the scenario, rank `r` beats at `r · period / n`
 //!   instead of a seeded random phase: the same protocol under a different (and common)
 //!   configuration, whose timer events and heartbeat deliveries then come in rank order

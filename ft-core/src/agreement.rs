@@ -690,8 +690,8 @@ struct Instance {
     promised: Ballot,
     accepted: Option<(Ballot, RankSet)>,
     round: Option<Box<Round>>,
-    /// The latest round this rank started as coordinator, with its excluded set.
-    leading: Option<(Ballot, RankSet)>,
+    /// The latest ballot this rank started as coordinator.
+    leading: Option<Ballot>,
     lead_failed: bool,
     max_round: u32,
     decided: Option<RankSet>,
@@ -731,7 +731,7 @@ impl Instance {
             round: 0,
             coord: c0,
         };
-        let leading = (c0 == me).then(|| (ballot, base.clone()));
+        let leading = (c0 == me).then_some(ballot);
         let round = Round::new(n, me, ballot, Tree::new(&base), base.clone());
         let mut inst = Instance {
             epoch,
@@ -1027,7 +1027,7 @@ impl Instance {
         self.promised = ballot;
         self.lead_failed = false;
         let excluded = io.dead.clone();
-        self.leading = Some((ballot, excluded.clone()));
+        self.leading = Some(ballot);
         self.begin_round(io, ballot, Tree::new(&excluded), excluded);
     }
 
