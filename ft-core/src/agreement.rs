@@ -648,10 +648,11 @@ impl Round {
         }
     }
 
-    /// Sends a broadcast message of this round to the live ranks below this rank.
-    fn broadcast(&self, io: &mut Io<'_>, epoch: u32, msg: &Msg) {
+    /// Sends a broadcast message of this round to the live ranks below `under` (this
+    /// rank for a first send; a dead child when passing on for it).
+    fn send_below(&self, io: &mut Io<'_>, epoch: u32, under: Rank, msg: &Msg) {
         let mut to = Vec::new();
-        self.live_below(io.cfg.me, io.dead, &mut to);
+        self.live_below(under, io.dead, &mut to);
         for c in to {
             io.send(c, epoch, msg);
         }
@@ -888,20 +889,19 @@ impl Instance {
             }
             Phase::Accepting => {
                 round.phase = Phase::Accepted;
-                match round.is_root {
-                    false => round.answer(io, self.epoch),
-                    true => {
-                        let rejected = round.reject.is_some() || self.promised != ballot;
-                        match (&self.accepted, rejected, &self.decided) {
-                            (_, _, Some(_)) => {}
-                            (_, true, None) => self.lead_failed = true,
-                            (Some((b, v)), false, None) if *b == ballot => {
-                                let v = v.clone();
-                                self.decide_and_broadcast(io, v);
-                            }
-                            _ => self.lead_failed = true,
-                        }
+                if !round.is_root {
+                    round.answer(io, self.epoch);
+                    return;
+                }
+                let rejected = round.reject.is_some() || self.promised != ballot;
+                match (&self.accepted, rejected, &self.decided) {
+                    (_, _, Some(_)) => {}
+                    (_, true, None) => self.lead_failed = true,
+                    (Some((b, v)), false, None) if *b == ballot => {
+                        let v = v.clone();
+                        self.decide_and_broadcast(io, v);
                     }
+                    _ => self.lead_failed = true,
                 }
             }
             Phase::Promised | Phase::Accepted => {}
@@ -948,12 +948,8 @@ impl Instance {
         };
         round.phase = Phase::Accepting;
         round.reset_gather();
-        let msg = Msg::Accept { ballot, value };
-        round.broadcast(io, self.epoch, &msg);
-        let Msg::Accept { value, .. } = msg else {
-            unreachable!()
-        };
         self.accepted = Some((ballot, value));
+        self.pass_down(io, io.cfg.me);
         self.maybe_finish_gather(io);
     }
 
@@ -1035,13 +1031,37 @@ impl Instance {
     /// `excluded`: passes the prepare on below and starts gathering promises.
     fn begin_round(&mut self, io: &mut Io<'_>, ballot: Ballot, tree: Tree, excluded: RankSet) {
         let round = Round::new(io.cfg.n, io.cfg.me, ballot, tree, excluded);
-        let msg = Msg::Prepare {
-            ballot,
-            excluded: round.excluded.clone(),
-        };
-        round.broadcast(io, self.epoch, &msg);
         self.round = Some(Box::new(round));
+        self.pass_down(io, io.cfg.me);
         self.maybe_finish_gather(io);
+    }
+
+    /// The running round's broadcast of its current phase, as this rank passes it on:
+    /// the prepare (rounds ≥ 1) while promises gather, the accepted value after.
+    fn down_message(&self) -> Option<Msg> {
+        let round = self.round.as_ref()?;
+        match round.phase {
+            Phase::Promising | Phase::Promised if round.ballot.round > 0 => Some(Msg::Prepare {
+                ballot: round.ballot,
+                excluded: round.excluded.clone(),
+            }),
+            Phase::Accepting | Phase::Accepted => self
+                .accepted
+                .as_ref()
+                .filter(|(b, _)| *b == round.ballot)
+                .map(|(b, v)| Msg::Accept {
+                    ballot: *b,
+                    value: v.clone(),
+                }),
+            _ => None,
+        }
+    }
+
+    /// Sends [`Instance::down_message`] to the live ranks below `under`.
+    fn pass_down(&self, io: &mut Io<'_>, under: Rank) {
+        if let (Some(round), Some(msg)) = (self.round.as_ref(), self.down_message()) {
+            round.send_below(io, self.epoch, under, &msg);
+        }
     }
 
     /// Repairs this rank's part of the running round around the newly dead `dead`: the
@@ -1052,35 +1072,15 @@ impl Instance {
     /// already have.
     fn on_death(&mut self, io: &mut Io<'_>, dead: Rank) {
         let me = io.cfg.me;
-        let Some(round) = self.round.as_mut() else {
+        let Some(round) = self.round.as_ref() else {
             return;
         };
         if round.tree.is_ancestor(me, dead) && round.up(dead, io.dead) == Some(me) {
-            let down = match round.phase {
-                Phase::Promising | Phase::Promised if round.ballot.round > 0 => {
-                    Some(Msg::Prepare {
-                        ballot: round.ballot,
-                        excluded: round.excluded.clone(),
-                    })
-                }
-                Phase::Accepting | Phase::Accepted => self
-                    .accepted
-                    .as_ref()
-                    .filter(|(b, _)| *b == round.ballot)
-                    .map(|(b, v)| Msg::Accept {
-                        ballot: *b,
-                        value: v.clone(),
-                    }),
-                _ => None,
-            };
-            if let Some(msg) = down {
-                let mut orphans = Vec::new();
-                round.live_below(dead, io.dead, &mut orphans);
-                for c in orphans {
-                    io.send(c, self.epoch, &msg);
-                }
-            }
+            self.pass_down(io, dead);
         }
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
         if round.sent_to.is_some_and(|to| io.dead.contains(to)) {
             round.answer(io, self.epoch);
         }
