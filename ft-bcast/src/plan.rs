@@ -162,6 +162,23 @@ impl<'a> Iterator for TreeEdges<'a> {
     }
 }
 
+/// Takes the ranks `gone` names out of `classes` (a class left empty disappears) and adds
+/// them to `unreachable`, which stays sorted.
+fn drop_unreachable(
+    classes: &mut Partition,
+    unreachable: &mut Vec<Rank>,
+    mut gone: impl FnMut(Rank) -> bool,
+) {
+    classes.retain(|r| {
+        let g = gone(r);
+        if g {
+            unreachable.push(r);
+        }
+        !g
+    });
+    unreachable.sort_unstable();
+}
+
 impl Plan {
     /// Validates `spec` and builds its plan with `spec.strategy`.
     pub fn build(spec: PlanSpec) -> Result<Plan, SpecError> {
@@ -169,14 +186,9 @@ impl Plan {
         // Failed destinations leave their classes; a class left empty disappears.
         let mut unreachable = Vec::new();
         if !spec.failed.is_empty() {
-            partition.retain(|r| {
-                let dead = spec.failed.contains(r);
-                if dead {
-                    unreachable.push(r);
-                }
-                !dead
+            drop_unreachable(&mut partition, &mut unreachable, |r| {
+                spec.failed.contains(r)
             });
-            unreachable.sort_unstable();
         }
         let mut plan = Plan {
             spec,
@@ -360,15 +372,13 @@ impl Plan {
         let mut spec = self.spec.clone();
         let mut classes = self.classes.clone();
         let mut unreachable = self.unreachable.clone();
-        classes.retain(|r| {
+        drop_unreachable(&mut classes, &mut unreachable, |r| {
             let gone = dead.is_failed(r);
             if gone {
-                unreachable.push(r);
                 spec.failed.insert(r);
             }
-            !gone
+            gone
         });
-        unreachable.sort_unstable();
         let mut plan = Plan {
             spec,
             classes,

@@ -436,14 +436,20 @@ mod tests {
         vec![vec![7; 100], (0..70_000u32).map(|i| i as u8).collect()]
     }
 
-    #[test]
-    fn a_broadcast_runs_beside_the_detector() {
+    /// Four ranks whose detectors ran 25 ms, then rank 0 starts broadcasting `spec(4)`.
+    fn four_ranks_broadcasting_at_25ms() -> Net {
         let mut net = Net::new(4);
         net.run_until(ms(25));
         net.ranks[0]
             .start_broadcast(net.now, 1, spec(4), payloads())
             .unwrap();
         net.settle(0);
+        net
+    }
+
+    #[test]
+    fn a_broadcast_runs_beside_the_detector() {
+        let mut net = four_ranks_broadcasting_at_25ms();
         net.run_until(ms(60));
         assert_eq!(net.released(1), vec![0]);
         assert_eq!(net.released(2), vec![0]);
@@ -456,12 +462,7 @@ mod tests {
 
     #[test]
     fn a_revoke_fails_in_flight_broadcasts_with_a_typed_error() {
-        let mut net = Net::new(4);
-        net.run_until(ms(25));
-        net.ranks[0]
-            .start_broadcast(net.now, 1, spec(4), payloads())
-            .unwrap();
-        net.settle(0);
+        let mut net = four_ranks_broadcasting_at_25ms();
         // Rank 1 is activated at 26 ms and asks for its data; rank 3 revokes at 26 ms.
         net.run_until(ms(26));
         net.ranks[3].node_mut().revoke(net.now).unwrap();
