@@ -1555,17 +1555,9 @@ mod tests {
         let plan = Plan::build(spec).unwrap();
         let mut net = Net::new(3, 1);
         // Rank 2 asks rank 1 before rank 1 knows anything about task 5.
-        let mut w = Header {
-            kind: FrameKind::BcastRequest,
-            comm: 9,
-            epoch: 5,
-            sender: 2,
-        }
-        .start();
-        w.put_varint(0);
-        put_set(&mut w, &OutputSet::single(0));
         let m1 = net.ranks[1].as_mut().unwrap();
-        m1.handle_message(Instant::ZERO, 2, &w.finish()).unwrap();
+        m1.handle_message(Instant::ZERO, 2, &request_frame(2))
+            .unwrap();
         assert!(
             m1.poll_transmit(Instant::ZERO, &mut net.buf).is_none(),
             "nothing to answer with yet"
@@ -1607,33 +1599,37 @@ mod tests {
         root.start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
             .unwrap();
         while root.poll_transmit(Instant::ZERO, &mut net.buf).is_some() {}
-        let mut w = Header {
-            kind: FrameKind::BcastRequest,
-            comm: 9,
-            epoch: 5,
-            sender: 1,
-        }
-        .start();
-        w.put_varint(0);
-        put_set(&mut w, &OutputSet::single(0));
         assert_eq!(
-            root.handle_message(Instant::ZERO, 1, &w.finish()),
+            root.handle_message(Instant::ZERO, 1, &request_frame(1)),
             Err(FrameError::Malformed("frame from self"))
         );
         assert!(root.poll_transmit(Instant::ZERO, &mut net.buf).is_none());
+    }
+
+    /// The header of a frame of task 5 (communicator 9) from `sender`.
+    fn task5(kind: FrameKind, sender: Rank) -> Writer {
+        Header {
+            kind,
+            comm: 9,
+            epoch: 5,
+            sender,
+        }
+        .start()
+    }
+
+    /// A request of task 5 from `sender` for output 0 of tree 0.
+    fn request_frame(sender: Rank) -> Vec<u8> {
+        let mut w = task5(FrameKind::BcastRequest, sender);
+        w.put_varint(0);
+        put_set(&mut w, &OutputSet::single(0));
+        w.finish()
     }
 
     /// An activation of `tree` of task 5 from `from` (whose only ancestor it is) that
     /// fetches outputs `0..sizes.len()` of the given sizes, with an empty subtree.
     fn activation_frame(from: Rank, tree: u32, sizes: &[u64]) -> Vec<u8> {
         let fetch: OutputSet = (0..sizes.len() as u32).collect();
-        let mut w = Header {
-            kind: FrameKind::BcastActivate,
-            comm: 9,
-            epoch: 5,
-            sender: from,
-        }
-        .start();
+        let mut w = task5(FrameKind::BcastActivate, from);
         w.put_varint(tree.into()).put_varint(1).put_rank(from);
         put_set(&mut w, &fetch);
         put_set(&mut w, &fetch);
@@ -1648,13 +1644,7 @@ mod tests {
     /// at `offset`.
     fn data_frame(from: Rank, output: u32, total: u64, offset: u64) -> Vec<u8> {
         let len = (MAX_CHUNK as u64).min(total - offset) as usize;
-        let mut w = Header {
-            kind: FrameKind::BcastData,
-            comm: 9,
-            epoch: 5,
-            sender: from,
-        }
-        .start();
+        let mut w = task5(FrameKind::BcastData, from);
         w.put_varint(output.into())
             .put_varint(total)
             .put_varint(offset)
