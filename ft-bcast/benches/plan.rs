@@ -9,8 +9,10 @@
 //! - `scan_bytes_per_rank`: adds each output's bytes into a per-rank counter (the same
 //!   reads plus one scattered read-modify-write per entry, like any per-rank tally).
 //!
-//! After the criterion groups, a short direct measurement prints the ratios
-//! `plan / scan` (median of repeated runs).
+//! After the criterion groups, a direct measurement prints the ratios `plan / scan`:
+//! each repetition times the scans and the builds back to back, and the median of the
+//! per-repetition ratios is reported (see `ratios`). A filter that matches no criterion
+//! benchmark runs only this part: `cargo bench -p ft-bcast --bench plan -- paired`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -78,54 +80,76 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-fn median(mut f: impl FnMut() -> Duration, runs: usize) -> Duration {
-    let mut times: Vec<Duration> = (0..runs).map(|_| f()).collect();
-    times.sort();
-    times[runs / 2]
+/// The `q`-quantile of `values` (sorted in place).
+fn quantile(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Paired ratios: each repetition times `scan_sum`, `scan_bytes_per_rank` and every
+/// strategy's build back to back (strategies in rotating order), and divides each time
+/// by that repetition's `scan_sum`. The machine's load drifts slowly, so a ratio of
+/// neighbouring runs is far steadier than a ratio of medians taken minutes apart; the
+/// median over repetitions is the figure reported.
 fn ratios() {
     let spec = spec(Strategy::PerClass);
-    let runs = 11;
-    let sum = median(
-        || {
-            let t = Instant::now();
-            black_box(scan_sum(black_box(&spec)));
-            t.elapsed()
-        },
-        runs,
+    let runs = 41;
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64()
+    };
+    let specs: Vec<PlanSpec> = Strategy::ALL
+        .iter()
+        .map(|&s| spec.clone().with_strategy(s))
+        .collect();
+    let mut sum_times = Vec::with_capacity(runs);
+    let mut per_rank_ratios = Vec::with_capacity(runs);
+    let mut build_ratios: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); specs.len()];
+    for run in 0..runs {
+        // Every timed step reads lists just written by a clone, as a build's input is.
+        let input = spec.clone();
+        let sum = time(&mut || {
+            black_box(scan_sum(black_box(&input)));
+        });
+        drop(input);
+        let input = spec.clone();
+        let per_rank = time(&mut || {
+            black_box(scan_bytes_per_rank(black_box(&input)));
+        });
+        drop(input);
+        sum_times.push(sum);
+        per_rank_ratios.push(per_rank / sum);
+        for k in 0..specs.len() {
+            let k = (k + run) % specs.len();
+            let mut input = Some(specs[k].clone());
+            let mut plan = None;
+            let build = time(&mut || {
+                let input = input.take().expect("one build per clone");
+                plan = Some(Plan::build(black_box(input)).expect("valid spec"));
+            });
+            drop(black_box(plan));
+            build_ratios[k].push(build / sum);
+        }
+    }
+    let sum = quantile(&mut sum_times, 0.5);
+    eprintln!("paired ratios to scan_sum over {runs} repetitions (median [p25, p75]):");
+    eprintln!(
+        "scan_sum                      {:>10.2?}",
+        Duration::from_secs_f64(sum)
     );
-    let per_rank = median(
-        || {
-            let t = Instant::now();
-            black_box(scan_bytes_per_rank(black_box(&spec)));
-            t.elapsed()
-        },
-        runs,
-    );
-    eprintln!("scan_sum            {sum:>10.2?}");
-    eprintln!("scan_bytes_per_rank {per_rank:>10.2?}");
+    let report = |name: &str, ratios: &mut Vec<f64>| {
+        let (p25, p75) = (quantile(ratios, 0.25), quantile(ratios, 0.75));
+        let median = quantile(ratios, 0.5);
+        eprintln!("{name:<29} {median:>6.2}x  [{p25:.2}, {p75:.2}]");
+        median
+    };
+    report("scan_bytes_per_rank", &mut per_rank_ratios);
     let mut per_class = None;
-    for strategy in Strategy::ALL {
-        let s = spec.clone().with_strategy(strategy);
-        let build = median(
-            || {
-                let input = s.clone();
-                let t = Instant::now();
-                let plan = Plan::build(black_box(input)).expect("valid spec");
-                let elapsed = t.elapsed();
-                drop(black_box(plan));
-                elapsed
-            },
-            runs,
-        );
-        eprintln!(
-            "build {strategy:<22} {build:>10.2?}  = {:.2}x scan_sum, {:.2}x scan_bytes_per_rank",
-            build.as_secs_f64() / sum.as_secs_f64(),
-            build.as_secs_f64() / per_rank.as_secs_f64()
-        );
-        if strategy == Strategy::PerClass {
-            per_class = Some(build.as_secs_f64() / sum.as_secs_f64());
+    for (strategy, ratios) in Strategy::ALL.iter().zip(&mut build_ratios) {
+        let median = report(&format!("build {strategy}"), ratios);
+        if *strategy == Strategy::PerClass {
+            per_class = Some(median);
         }
     }
     if let Some(ratio) = per_class {

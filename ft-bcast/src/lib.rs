@@ -35,7 +35,7 @@ pub use check::CheckError;
 pub use outputs::OutputSet;
 pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
 pub use protocol::{BcastError, BcastEvent, Broadcaster, Config};
-pub use refine::{refine, Class, Classes, Partition, RefineError};
+pub use refine::{refine, refine_without, Class, Classes, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
 pub use stack::{RankStack, StackError, StackEvent};
 pub use topology::{tree_edges, FailedRanks, NoFailures, ParseTopologyError, Topology};

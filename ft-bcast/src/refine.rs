@@ -29,7 +29,14 @@
 //!   with few destinations costs memory in the number of destinations only).
 //!
 //! Both end in the same grouping step (`group_by_id`): a counting sort of the ranks by
-//! class id into the flat member array, in `O(n + classes)` time.
+//! class id into the flat member array, in `O(n + classes)` time. With at most 256 ids
+//! (every task of up to 8 outputs) the counts are kept per block of 8192 ranks, and each
+//! block is sorted in cache and copied out in runs, one per class: placing ranks one by
+//! one would scatter single stores over 256 places of a member array far larger than
+//! the cache.
+//!
+//! [`refine_without`] also checks, in `O(1)`, that one given rank (a task's root) is in
+//! no list.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -221,6 +228,14 @@ pub enum RefineError {
     },
     /// More lists, or more distinct need sets, than `u32::MAX - 2`.
     TooManyLists,
+    /// List `list` (the first to do so) names `rank`, which [`refine_without`] was told
+    /// no list may name.
+    Outsider {
+        /// Index of the first list naming it.
+        list: usize,
+        /// The rank.
+        rank: Rank,
+    },
 }
 
 impl fmt::Display for RefineError {
@@ -233,6 +248,9 @@ impl fmt::Display for RefineError {
                 write!(f, "list {list}: rank {rank} appears twice")
             }
             RefineError::TooManyLists => f.write_str("too many destination lists"),
+            RefineError::Outsider { list, rank } => {
+                write!(f, "list {list}: rank {rank} may not be a destination")
+            }
         }
     }
 }
@@ -250,6 +268,8 @@ const MOVED: u32 = u32::MAX - 1;
 /// destination lists.
 trait ClassMap {
     fn get(&self, rank: Rank) -> u32;
+    /// The class of `rank`, `None` if it is out of the map's range.
+    fn get_checked(&self, rank: Rank) -> Option<u32>;
     fn set(&mut self, rank: Rank, class: u32);
 }
 
@@ -286,6 +306,9 @@ impl<T: DenseId> ClassMap for Vec<T> {
     fn get(&self, rank: Rank) -> u32 {
         self[rank as usize].to_u32()
     }
+    fn get_checked(&self, rank: Rank) -> Option<u32> {
+        self.as_slice().get(rank as usize).map(|id| id.to_u32())
+    }
     #[inline]
     fn set(&mut self, rank: Rank, class: u32) {
         self[rank as usize] = T::from_u32(class);
@@ -296,6 +319,9 @@ impl ClassMap for HashMap<Rank, u32> {
     #[inline]
     fn get(&self, rank: Rank) -> u32 {
         self.get(&rank).copied().unwrap_or(EMPTY_CLASS)
+    }
+    fn get_checked(&self, rank: Rank) -> Option<u32> {
+        Some(ClassMap::get(self, rank))
     }
     #[inline]
     fn set(&mut self, rank: Rank, class: u32) {
@@ -311,6 +337,26 @@ const EMPTY_CLASS: u32 = 0;
 /// Every rank must be `< n` and appear at most once per list; otherwise the first
 /// offending entry (in list order, then entry order) is reported.
 pub fn refine<L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Partition, RefineError> {
+    refine_checked(n, lists, None)
+}
+
+/// [`refine`], where moreover no list may name `outsider` (a task's root needs nothing
+/// from itself). If one does, and no entry is bad in [`refine`]'s sense,
+/// [`RefineError::Outsider`] names the first such list. The check costs `O(1)` beyond
+/// [`refine`].
+pub fn refine_without<L: AsRef<[Rank]>>(
+    n: u32,
+    lists: &[L],
+    outsider: Rank,
+) -> Result<Partition, RefineError> {
+    refine_checked(n, lists, Some(outsider))
+}
+
+fn refine_checked<L: AsRef<[Rank]>>(
+    n: u32,
+    lists: &[L],
+    outsider: Option<Rank>,
+) -> Result<Partition, RefineError> {
     if lists.len() >= (u32::MAX - 1) as usize {
         return Err(RefineError::TooManyLists);
     }
@@ -320,10 +366,10 @@ pub fn refine<L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Partition, Refine
     let dense = (n as usize) <= entries.saturating_mul(4).saturating_add(1 << 16);
     if dense {
         match lists.len() {
-            0..=8 => return refine_by_masks::<u8, L>(n, lists),
-            9..=16 => return refine_by_masks::<u16, L>(n, lists),
-            17..=32 => return refine_by_masks::<u32, L>(n, lists),
-            33..=64 => return refine_by_masks::<u64, L>(n, lists),
+            0..=8 => return refine_by_masks::<u8, L>(n, lists, outsider),
+            9..=16 => return refine_by_masks::<u16, L>(n, lists, outsider),
+            17..=32 => return refine_by_masks::<u32, L>(n, lists, outsider),
+            33..=64 => return refine_by_masks::<u64, L>(n, lists, outsider),
             _ => {}
         }
         // Distinct output sets: at most 2^m, and at most one new class per entry.
@@ -332,22 +378,23 @@ pub fn refine<L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Partition, Refine
             .unwrap_or(u64::MAX)
             .min(entries as u64 + 1);
         if most_ids <= <u8 as DenseId>::MAX + 1 {
-            refine_dense::<u8, L>(n, lists)
+            refine_dense::<u8, L>(n, lists, outsider)
         } else if most_ids <= <u16 as DenseId>::MAX + 1 {
-            refine_dense::<u16, L>(n, lists)
+            refine_dense::<u16, L>(n, lists, outsider)
         } else {
-            refine_dense::<u32, L>(n, lists)
+            refine_dense::<u32, L>(n, lists, outsider)
         }
     } else {
         let mut map: HashMap<Rank, u32> = HashMap::with_capacity(entries.min(1 << 20));
         let sets = run_rounds(n, lists, &mut map)?;
+        check_outsider(&map, &sets, outsider)?;
         let mut pairs: Vec<(Rank, u32)> = map.into_iter().collect();
         pairs.sort_unstable_by_key(|p| p.0);
         let ids: Vec<u32> = pairs.iter().map(|p| p.1).collect();
-        let sizes = count_ids(&ids, sets.len());
+        let counts = count_ids(&ids, sets.len());
         Ok(group_by_id(
             &ids,
-            &sizes,
+            &counts,
             |i| pairs[i].0,
             |id| sets[id].clone(),
         ))
@@ -357,16 +404,39 @@ pub fn refine<L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Result<Partition, Refine
 fn refine_dense<T: DenseId, L: AsRef<[Rank]>>(
     n: u32,
     lists: &[L],
+    outsider: Option<Rank>,
 ) -> Result<Partition, RefineError> {
     let mut map: Vec<T> = vec![T::default(); n as usize];
     let sets = run_rounds(n, lists, &mut map)?;
-    let sizes = count_ids(&map, sets.len());
+    check_outsider(&map, &sets, outsider)?;
+    let counts = count_ids(&map, sets.len());
     Ok(group_by_id(
         &map,
-        &sizes,
+        &counts,
         |i| i as Rank,
         |id| sets[id].clone(),
     ))
+}
+
+/// After the rounds: `outsider`'s class, if it has one, names the lists that name it.
+fn check_outsider<M: ClassMap>(
+    map: &M,
+    sets: &[OutputSet],
+    outsider: Option<Rank>,
+) -> Result<(), RefineError> {
+    let Some(rank) = outsider else {
+        return Ok(());
+    };
+    match map
+        .get_checked(rank)
+        .and_then(|id| sets.get(id as usize)?.iter().next())
+    {
+        Some(list) => Err(RefineError::Outsider {
+            list: list as usize,
+            rank,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn run_rounds<L: AsRef<[Rank]>, M: ClassMap>(
@@ -429,8 +499,38 @@ macro_rules! id {
 }
 id!(u8, u16, u32, u64);
 
-/// How many ranks have each id: `sizes[id]` for every id below `id_count`.
-pub(crate) fn count_ids<M: Id>(ids: &[M], id_count: usize) -> Vec<u32> {
+/// How many ranks have each id: overall, and for few ids also per block of
+/// [`PLACE_BLOCK`] ranks (which [`group_by_id`] then places block by block).
+pub(crate) struct IdCounts {
+    /// `sizes[id]`: ranks with id `id`, for every id below the id count.
+    pub(crate) sizes: Vec<u32>,
+    /// Block `b`'s counts are `per_block[b * ids..(b + 1) * ids]`, `ids` being the id
+    /// count; empty above [`BLOCKED_MAX_IDS`] ids.
+    per_block: Vec<u32>,
+}
+
+/// Counts the ids below `id_count` in `ids`: see [`IdCounts`].
+pub(crate) fn count_ids<M: Id>(ids: &[M], id_count: usize) -> IdCounts {
+    if id_count > BLOCKED_MAX_IDS {
+        return IdCounts {
+            sizes: count_block(ids, id_count),
+            per_block: Vec::new(),
+        };
+    }
+    let mut sizes: Vec<u32> = vec![0; id_count];
+    let mut per_block: Vec<u32> = Vec::with_capacity(ids.len().div_ceil(PLACE_BLOCK) * id_count);
+    for block in ids.chunks(PLACE_BLOCK) {
+        let counts = count_block(block, id_count);
+        for (size, count) in sizes.iter_mut().zip(&counts) {
+            *size += count;
+        }
+        per_block.extend_from_slice(&counts);
+    }
+    IdCounts { sizes, per_block }
+}
+
+/// How many of `ids` have each id below `id_count`.
+fn count_block<M: Id>(ids: &[M], id_count: usize) -> Vec<u32> {
     if id_count > SPLIT_COUNT_MAX_IDS {
         let mut sizes: Vec<u32> = vec![0; id_count];
         for id in ids {
@@ -453,28 +553,36 @@ pub(crate) fn count_ids<M: Id>(ids: &[M], id_count: usize) -> Vec<u32> {
     tables.iter().map(|t| t.iter().sum()).collect()
 }
 
-/// Above this many ids, [`count_ids`] keeps one table.
+/// Above this many ids, [`count_block`] keeps one table.
 const SPLIT_COUNT_MAX_IDS: usize = 1 << 12;
 
+/// Up to this many ids, ranks are placed block by block ([`place_by_block`]).
+const BLOCKED_MAX_IDS: usize = 256;
+
+/// Ranks per block in [`place_by_block`]: the block's ranks, sorted by class, fill half
+/// of a 64 KiB L1 cache or all of a 32 KiB one.
+const PLACE_BLOCK: usize = 8192;
+
 /// Groups ranks into a [`Partition`] by class id: `ids[i]` is the id of rank
-/// `rank_of(i)` (ranks increasing with `i`), `sizes` is [`count_ids`] of `ids`, id 0
+/// `rank_of(i)` (ranks increasing with `i`), `counts` is [`count_ids`] of `ids`, id 0
 /// means no class, and `outputs_of(id)` is the output set of id `id`'s class.
 ///
-/// Two passes over `ids`: find the ids in order of first appearance (the class order;
-/// the scan stops once every id in use is found, which is early unless a class's
-/// smallest member comes late); then place every rank at its class's cursor in the flat
-/// member array, allocated once at its final size. Ranks of id 0 are written to a spare
-/// last slot that never advances, so the placement has no branch.
+/// Two steps: find the ids in order of first appearance (the class order; the scan
+/// stops once every id in use is found, which is early unless a class's smallest member
+/// comes late) and give each class its start in the flat member array, allocated once at
+/// its final size; then place every rank at its class's cursor ([`place_by_block`] for
+/// few ids, [`place_directly`] otherwise).
 pub(crate) fn group_by_id<M: Id>(
     ids: &[M],
-    sizes: &[u32],
+    counts: &IdCounts,
     rank_of: impl Fn(usize) -> Rank,
     outputs_of: impl Fn(usize) -> OutputSet,
 ) -> Partition {
+    let sizes = &counts.sizes;
     let in_use = sizes.iter().skip(1).filter(|&&s| s > 0).count();
     let total = ids.len() - sizes.first().map_or(0, |&s| s as usize);
 
-    // cursor[id]: where the next rank of id `id` goes; id 0's spare slot is `total`.
+    // cursor[id]: where the next rank of id `id` goes; id 0's cursor is `total`.
     const UNSEEN: usize = usize::MAX;
     let mut cursor: Vec<usize> = vec![UNSEEN; sizes.len()];
     if let Some(c) = cursor.first_mut() {
@@ -497,7 +605,80 @@ pub(crate) fn group_by_id<M: Id>(
     }
     offsets.push(total);
 
-    let mut members: Vec<Rank> = vec![0; total + 1];
+    let mut members: Vec<Rank> = vec![0; total];
+    if counts.per_block.is_empty() {
+        place_directly(ids, &mut cursor, &mut members, rank_of);
+    } else {
+        place_by_block(ids, &counts.per_block, &mut cursor, &mut members, rank_of);
+    }
+    Partition {
+        outputs,
+        offsets,
+        members,
+    }
+}
+
+/// Placement for few ids, block by block: sort the block's ranks by id into a buffer
+/// that stays in cache (the block's counts give each id's run), then copy each id's run
+/// to its cursor in `members` in one piece.
+///
+/// Placing every rank straight at its cursor (as [`place_directly`] does) scatters
+/// single 4-byte stores over as many places in `members` as there are classes; once
+/// `members` outgrows the cache nearly every store misses, and the stores queue behind
+/// each other. Whole runs are short sequential copies instead.
+fn place_by_block<M: Id>(
+    ids: &[M],
+    per_block: &[u32],
+    cursor: &mut [usize],
+    members: &mut [Rank],
+    rank_of: impl Fn(usize) -> Rank,
+) {
+    let id_count = cursor.len();
+    // run[id]: the start of the id's run in `sorted`, then (after the block's ranks are
+    // placed) its end.
+    let mut run: Vec<u32> = vec![0; id_count];
+    let mut sorted: Vec<Rank> = vec![0; PLACE_BLOCK.min(ids.len())];
+    for (b, (block, counts)) in ids
+        .chunks(PLACE_BLOCK)
+        .zip(per_block.chunks_exact(id_count))
+        .enumerate()
+    {
+        let mut end = 0;
+        for (r, &count) in run.iter_mut().zip(counts) {
+            *r = end;
+            end += count;
+        }
+        let first = b * PLACE_BLOCK;
+        for (i, id) in block.iter().enumerate() {
+            let at = &mut run[id.index()];
+            sorted[*at as usize] = rank_of(first + i);
+            *at += 1;
+        }
+        // Id 0 (no class) has the first run of the buffer, which is not copied.
+        let mut from = counts.first().map_or(0, |&c| c as usize);
+        for (id, &to) in run.iter().enumerate().skip(1) {
+            let to = to as usize;
+            if to > from {
+                let at = cursor[id];
+                members[at..at + (to - from)].copy_from_slice(&sorted[from..to]);
+                cursor[id] = at + (to - from);
+            }
+            from = to;
+        }
+    }
+}
+
+/// Placement for many ids: every rank goes straight to its class's cursor. Ranks of id
+/// 0 are written to a spare slot past the end that never advances, so the loop has no
+/// branch.
+fn place_directly<M: Id>(
+    ids: &[M],
+    cursor: &mut [usize],
+    members: &mut Vec<Rank>,
+    rank_of: impl Fn(usize) -> Rank,
+) {
+    let total = members.len();
+    members.push(0);
     for (i, id) in ids.iter().enumerate() {
         let id = id.index();
         let at = &mut cursor[id];
@@ -505,11 +686,6 @@ pub(crate) fn group_by_id<M: Id>(
         *at += usize::from(id != 0);
     }
     members.truncate(total);
-    Partition {
-        outputs,
-        offsets,
-        members,
-    }
 }
 
 #[cfg(test)]
@@ -614,6 +790,112 @@ mod tests {
         let p = refine(u32::MAX, &[vec![u32::MAX - 1, 5], vec![5]]).unwrap();
         assert_eq!(p.members_of(0), [5]);
         assert_eq!(p.members_of(1), [u32::MAX - 1]);
+    }
+
+    /// The classes the slow way: every rank's need set, grouped, ordered by smallest
+    /// member.
+    fn reference(lists: &[Vec<Rank>]) -> Vec<(Vec<u32>, Vec<Rank>)> {
+        let mut needs: BTreeMap<Rank, Vec<u32>> = BTreeMap::new();
+        for (j, l) in lists.iter().enumerate() {
+            for &r in l {
+                needs.entry(r).or_default().push(j as u32);
+            }
+        }
+        let mut classes: Vec<(Vec<u32>, Vec<Rank>)> = Vec::new();
+        let mut index: BTreeMap<Vec<u32>, usize> = BTreeMap::new();
+        for (r, need) in needs {
+            let k = *index.entry(need.clone()).or_insert_with(|| {
+                classes.push((need, Vec::new()));
+                classes.len() - 1
+            });
+            classes[k].1.push(r);
+        }
+        classes
+    }
+
+    fn as_pairs(p: &Partition) -> Vec<(Vec<u32>, Vec<Rank>)> {
+        p.iter()
+            .map(|c| (c.outputs.iter().collect(), c.members.to_vec()))
+            .collect()
+    }
+
+    /// Communicators of many placement blocks, with few classes (placed block by block)
+    /// and many (placed directly), random or in rank ranges, lists in any order: the
+    /// same classes as the slow way, whichever rank map is used.
+    #[test]
+    fn large_communicators_match_the_slow_way() {
+        let mut rng = ft_core::rng::SplitMix::new(624);
+        let n = 3 * PLACE_BLOCK as u32 + 777;
+        for (outputs, ranges) in [
+            (1, false),
+            (3, true),
+            (8, false),
+            (8, true),
+            (12, false),
+            (70, false),
+        ] {
+            let lists: Vec<Vec<Rank>> = (0..outputs)
+                .map(|j| {
+                    let mut l: Vec<Rank> = if ranges {
+                        // Output j goes to a few rank ranges: classes are runs of ranks.
+                        let cut = |k: u32| (n / 7) * k + j as u32 * 97;
+                        (0..n)
+                            .filter(|&r| (1..7).any(|k| r >= cut(k) && r < cut(k) + n / 9))
+                            .collect()
+                    } else {
+                        (0..n).filter(|_| rng.chance(1, 2)).collect()
+                    };
+                    if j % 2 == 1 {
+                        l.reverse();
+                    }
+                    l
+                })
+                .collect();
+            let expected = reference(&lists);
+            let dense = refine(n, &lists).unwrap();
+            assert_eq!(
+                as_pairs(&dense),
+                expected,
+                "{outputs} outputs, ranges {ranges}"
+            );
+            let sparse = refine(n.saturating_mul(1 << 12), &lists).unwrap();
+            assert_eq!(sparse, dense, "{outputs} outputs, ranges {ranges}");
+        }
+    }
+
+    #[test]
+    fn an_outsider_is_reported_after_bad_entries() {
+        // Every path: masks as ids, relabelled masks, split rounds, the sparse map.
+        for (m, n) in [(2usize, 90u32), (12, 90), (70, 90), (2, u32::MAX)] {
+            let mut lists: Vec<Vec<Rank>> = (0..m).map(|j| vec![j as Rank + 10]).collect();
+            lists[m - 1].push(5);
+            assert!(refine_without(n, &lists, 4).is_ok(), "{m} lists");
+            assert_eq!(
+                refine_without(n, &lists, 5),
+                Err(RefineError::Outsider {
+                    list: m - 1,
+                    rank: 5
+                }),
+                "{m} lists"
+            );
+            lists[0].push(5);
+            assert_eq!(
+                refine_without(n, &lists, 5),
+                Err(RefineError::Outsider { list: 0, rank: 5 }),
+                "{m} lists"
+            );
+            assert_eq!(refine(n, &lists).map(|p| p.destinations()), Ok(m + 1));
+            // A repeated entry is reported first.
+            lists[m - 1].push(m as Rank + 9);
+            assert_eq!(
+                refine_without(n, &lists, 5),
+                Err(RefineError::Duplicate {
+                    list: m - 1,
+                    rank: m as Rank + 9
+                }),
+                "{m} lists"
+            );
+        }
     }
 
     proptest! {

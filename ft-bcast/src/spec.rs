@@ -17,7 +17,7 @@ use hashbrown::HashSet;
 
 use ft_core::{FailureView, Rank, RankSet};
 
-use crate::refine::{refine, Partition, RefineError};
+use crate::refine::{refine_without, Partition, RefineError};
 use crate::topology::Topology;
 
 /// How the activation trees of a broadcast are built.
@@ -195,7 +195,7 @@ impl PlanSpec {
     pub(crate) fn partition(&self) -> Result<Partition, SpecError> {
         self.validate_header()?;
         let lists: Vec<&[Rank]> = self.outputs.iter().map(|o| &o.dests[..]).collect();
-        let partition = refine(self.ranks, &lists).map_err(|e| match e {
+        refine_without(self.ranks, &lists, self.root).map_err(|e| match e {
             RefineError::OutOfRange { list, rank } => SpecError::DestOutOfRange {
                 output: self.outputs[list].name.clone(),
                 rank,
@@ -205,22 +205,13 @@ impl PlanSpec {
                 output: self.outputs[list].name.clone(),
                 rank,
             },
+            // The root needs nothing from itself.
+            RefineError::Outsider { list, rank } => SpecError::RootInDests {
+                output: self.outputs[list].name.clone(),
+                root: rank,
+            },
             _ => SpecError::TooManyOutputs,
-        })?;
-        // The root needs nothing from itself: naming it is a spec error. Only the root's
-        // own class can tell, and only on this (rare) error path do we look for the list.
-        if partition
-            .iter()
-            .any(|c| c.members.binary_search(&self.root).is_ok())
-        {
-            if let Some(o) = self.outputs.iter().find(|o| o.dests.contains(&self.root)) {
-                return Err(SpecError::RootInDests {
-                    output: o.name.clone(),
-                    root: self.root,
-                });
-            }
-        }
-        Ok(partition)
+        })
     }
 
     fn validate_header(&self) -> Result<(), SpecError> {

@@ -7,11 +7,11 @@
 //!
 //! 1. beyond 8 outputs, relabel every mask with a dense class id in order of first
 //!    appearance (up to 8 outputs the mask itself serves as the id, at most 256 ids);
-//! 2. count each id's ranks; the counts also check that no list repeats a rank (list
-//!    `j` has as many entries as there are ranks with bit `j`), so pass 0 does no test
-//!    per entry;
+//! 2. count each id's ranks (per block of ranks, for few ids); the counts also check
+//!    that no list repeats a rank (list `j` has as many entries as there are ranks with
+//!    bit `j`), so pass 0 does no test per entry;
 //! 3. group: the flat member array of the [`Partition`] is filled by one counting-sort
-//!    pass (`group_by_id` in the parent module).
+//!    pass (`group_by_id` in the parent module), block by block for few ids.
 //!
 //! Every pass is sequential over the lists or the mask array, and the array is the
 //! narrowest word that holds `m` bits (one byte per rank for up to 8 outputs), so the
@@ -161,20 +161,33 @@ need_mask!(u16, TableLabels);
 need_mask!(u32, HashLabels);
 need_mask!(u64, HashLabels);
 
-/// Refines `0..n` by `lists` (at most `M`'s width of them): see the module docs.
+/// Refines `0..n` by `lists` (at most `M`'s width of them), `outsider` being a rank no
+/// list may name: see the module docs.
 pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
     n: u32,
     lists: &[L],
+    outsider: Option<Rank>,
 ) -> Result<Partition, RefineError> {
     debug_assert!(lists.len() <= mask_bits::<M>() as usize);
     let mut masks = need_masks::<M, L>(n, lists)?;
+    // The lists naming the outsider are its mask's bits; reported after bad entries.
+    let outsider = outsider.and_then(|rank| {
+        let mask = masks.get(rank as usize)?.widen();
+        (mask != 0).then(|| RefineError::Outsider {
+            list: mask.trailing_zeros() as usize,
+            rank,
+        })
+    });
     if lists.len() <= SMALL_OUTPUTS {
-        let sizes = count_ids(&masks, 1 << lists.len());
+        let counts = count_ids(&masks, 1 << lists.len());
         let mask_of = |id: usize| id as u64;
-        check_no_repeats::<M, L>(n, lists, &sizes, mask_of)?;
+        check_no_repeats::<M, L>(n, lists, &counts.sizes, mask_of)?;
+        if let Some(e) = outsider {
+            return Err(e);
+        }
         return Ok(group_by_id(
             &masks,
-            &sizes,
+            &counts,
             |i| i as Rank,
             |id| output_set(mask_of(id)),
         ));
@@ -186,12 +199,15 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
         *word = M::from_id(labels.label(*word));
     }
     let label_masks = labels.into_masks();
-    let sizes = count_ids(&masks, label_masks.len());
+    let counts = count_ids(&masks, label_masks.len());
     let mask_of = |id: usize| label_masks[id].widen();
-    check_no_repeats::<M, L>(n, lists, &sizes, mask_of)?;
+    check_no_repeats::<M, L>(n, lists, &counts.sizes, mask_of)?;
+    if let Some(e) = outsider {
+        return Err(e);
+    }
     Ok(group_by_id(
         &masks,
-        &sizes,
+        &counts,
         |i| i as Rank,
         |id| output_set(mask_of(id)),
     ))
