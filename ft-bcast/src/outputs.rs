@@ -46,7 +46,8 @@ impl OutputSet {
         s
     }
 
-    fn words(&self) -> &[u64] {
+    /// The bitset's words, least significant first (bit `i` of word `w` is index `64w + i`).
+    pub(crate) fn words(&self) -> &[u64] {
         match &self.0 {
             Repr::Inline(w) => w,
             Repr::Heap(w) => w,
@@ -96,6 +97,12 @@ impl OutputSet {
 
     /// `self ∪= other`.
     pub fn union_with(&mut self, other: &OutputSet) {
+        if let (Repr::Inline(mine), Repr::Inline(theirs)) = (&mut self.0, &other.0) {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a |= *b;
+            }
+            return;
+        }
         let theirs = other.words();
         let last_nonzero = theirs.iter().rposition(|w| *w != 0);
         let Some(last) = last_nonzero else { return };

@@ -27,6 +27,7 @@
 //! per-class plans each destination has one incoming edge and receives exactly what it
 //! needs.
 
+use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -162,6 +163,87 @@ impl<'a> Iterator for TreeEdges<'a> {
     }
 }
 
+/// The bytes of output sets, summed a byte of bits at a time: `chunks[c][b]` is the size
+/// of the outputs `8c + i` for the bits `i` of `b` (saturating). The tables cover the
+/// outputs an [`OutputSet`] holds inline; members beyond are summed one by one.
+struct SetBytes<'a> {
+    plan: &'a Plan,
+    chunks: Vec<[u64; 256]>,
+}
+
+impl<'a> SetBytes<'a> {
+    fn new(plan: &'a Plan) -> Self {
+        let outputs = &plan.spec.outputs;
+        let covered = outputs.len().min(OutputSet::INLINE_CAPACITY as usize);
+        let chunks = (0..covered.div_ceil(8))
+            .map(|c| {
+                let mut table = [0u64; 256];
+                for b in 1..256usize {
+                    // Size of the lowest bit's output plus the rest, already tabled.
+                    let low = b.trailing_zeros() as usize;
+                    let size = outputs.get(8 * c + low).map_or(0, |o| o.bytes);
+                    table[b] = table[b & (b - 1)].saturating_add(size);
+                }
+                table
+            })
+            .collect();
+        SetBytes { plan, chunks }
+    }
+
+    fn of(&self, set: &OutputSet) -> u64 {
+        let mut total = 0u64;
+        for (w, &word) in set.words().iter().enumerate() {
+            // Visit only the word's non-zero bytes.
+            let mut rest = word;
+            while rest != 0 {
+                let k = (rest.trailing_zeros() / 8) as usize;
+                let byte = (rest >> (8 * k)) as u8;
+                rest &= !(0xff << (8 * k));
+                total = total.saturating_add(match self.chunks.get(8 * w + k) {
+                    Some(table) => table[byte as usize],
+                    None => (0..8)
+                        .filter(|i| byte >> i & 1 == 1)
+                        .filter_map(|i| self.plan.spec.outputs.get(64 * w + 8 * k + i))
+                        .fold(0u64, |a, o| a.saturating_add(o.bytes)),
+                });
+            }
+        }
+        total
+    }
+}
+
+/// Every member of `classes` with its class index, in increasing rank order (ranks are
+/// below `ranks`). When the destinations are a fair share of the ranks, a rank-indexed
+/// array of class indices is filled and read in order (`O(ranks)`); otherwise the pairs
+/// are sorted.
+fn destinations_in_rank_order(classes: &Partition, ranks: u32) -> Vec<(Rank, u32)> {
+    let count = classes.destinations();
+    if (ranks as usize) / 4 > count {
+        let mut order: Vec<(Rank, u32)> = Vec::with_capacity(count);
+        for (k, class) in classes.iter().enumerate() {
+            order.extend(class.members.iter().map(|&r| (r, k as u32)));
+        }
+        order.sort_unstable();
+        return order;
+    }
+    const NONE: u32 = u32::MAX;
+    let mut class_at: Vec<u32> = vec![NONE; ranks as usize];
+    for (k, class) in classes.iter().enumerate() {
+        for &r in class.members {
+            class_at[r as usize] = k as u32;
+        }
+    }
+    let mut order: Vec<(Rank, u32)> = Vec::with_capacity(count);
+    order.extend(
+        class_at
+            .iter()
+            .enumerate()
+            .filter(|(_, &k)| k != NONE)
+            .map(|(r, &k)| (r as Rank, k)),
+    );
+    order
+}
+
 /// Takes the ranks `gone` names out of `classes` (a class left empty disappears) and adds
 /// them to `unreachable`, which stays sorted.
 fn drop_unreachable(
@@ -259,14 +341,19 @@ impl Plan {
                 .bytes_of(&self.sets[*set as usize])
                 .saturating_mul(len as u64),
             Shape::NodeSets { first_set, .. } => {
+                // One set per edge: sum them a byte of bits at a time.
                 let first = *first_set as usize;
+                let sizes = SetBytes::new(self);
                 self.sets[first..first + len]
                     .iter()
-                    .fold(0u64, |a, s| a.saturating_add(self.bytes_of(s)))
+                    .fold(0u64, |a, s| a.saturating_add(sizes.of(s)))
             }
-            Shape::Explicit(edges) => self.explicit[edges.clone()].iter().fold(0u64, |a, e| {
-                a.saturating_add(self.bytes_of(&self.sets[e.set as usize]))
-            }),
+            Shape::Explicit(edges) => {
+                let sizes = SetBytes::new(self);
+                self.explicit[edges.clone()].iter().fold(0u64, |a, e| {
+                    a.saturating_add(sizes.of(&self.sets[e.set as usize]))
+                })
+            }
         };
         self.trees.push(Tree {
             outputs,
@@ -292,16 +379,18 @@ impl Plan {
     }
 
     fn build_per_output(&mut self) {
+        let entries: usize = self.spec.outputs.iter().map(|o| o.dests.len()).sum();
+        self.nodes.reserve(entries);
         for j in 0..self.spec.outputs.len() {
             let start = self.nodes.len();
             let failed = &self.spec.failed;
-            self.nodes.extend(
-                self.spec.outputs[j]
-                    .dests
-                    .iter()
-                    .copied()
-                    .filter(|&r| !failed.contains(r)),
-            );
+            let dests = &self.spec.outputs[j].dests;
+            if failed.is_empty() {
+                self.nodes.extend_from_slice(dests);
+            } else {
+                self.nodes
+                    .extend(dests.iter().copied().filter(|&r| !failed.contains(r)));
+            }
             if self.nodes.len() == start {
                 continue;
             }
@@ -319,18 +408,13 @@ impl Plan {
     }
 
     fn build_fetch_for_descendants(&mut self) {
-        let mut order: Vec<(Rank, u32)> = self
-            .classes
-            .iter()
-            .enumerate()
-            .flat_map(|(k, c)| c.members.iter().map(move |&r| (r, k as u32)))
-            .collect();
+        let order = destinations_in_rank_order(&self.classes, self.spec.ranks);
         if order.is_empty() {
             return;
         }
-        order.sort_unstable();
         let topology = self.spec.topology;
-        // Subtree needs, bottom-up: positions only have parents below them.
+        // Subtree needs, bottom-up: positions only have parents below them. Position 0
+        // is the root.
         let mut fetch: Vec<OutputSet> = Vec::with_capacity(order.len() + 1);
         fetch.push(OutputSet::new());
         fetch.extend(order.iter().map(|&(_, k)| {
@@ -345,8 +429,14 @@ impl Plan {
             low[p].union_with(&high[0]);
         }
         let everything = core::mem::take(&mut fetch[0]);
-        let first_set = self.sets.len() as u32;
-        self.sets.extend(fetch.drain(1..));
+        // The edge into position i carries set `first_set + i - 1`; position 0's (now
+        // empty) entry stays as an unused set, so the sets are moved, not copied.
+        let first_set = self.sets.len() as u32 + 1;
+        if self.sets.is_empty() {
+            self.sets = fetch;
+        } else {
+            self.sets.append(&mut fetch);
+        }
         let start = self.nodes.len();
         self.nodes.extend(order.iter().map(|&(r, _)| r));
         let nodes = start..self.nodes.len();
@@ -391,6 +481,7 @@ impl Plan {
         };
         // Per tree: the nearest live ancestor-or-self of every member, and the depth of
         // every live member, both filled parent-first.
+        let sizes = SetBytes::new(self);
         let mut live_anchor: HashMap<Rank, Rank> = HashMap::new();
         let mut depth: HashMap<Rank, u32> = HashMap::new();
         for (t, tree) in self.trees.iter().enumerate() {
@@ -413,7 +504,7 @@ impl Plan {
                 let d = depth.get(&anchor).copied().unwrap_or(0) + 1;
                 depth.insert(e.child, d);
                 deepest = deepest.max(d);
-                bytes = bytes.saturating_add(self.bytes_of(&self.sets[e.set as usize]));
+                bytes = bytes.saturating_add(sizes.of(&self.sets[e.set as usize]));
                 plan.explicit.push(RawEdge {
                     parent: anchor,
                     ..e
@@ -466,5 +557,48 @@ impl Plan {
             bytes: live.iter().fold(0u64, |a, t| a.saturating_add(t.bytes)),
             max_depth: live.iter().map(|t| t.depth).max().unwrap_or(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::refine::refine;
+
+    #[test]
+    fn destinations_come_in_rank_order_with_their_class_either_way() {
+        // Classes {1, 4, 9} (A), {2, 7} (A, B), {5} (B).
+        let classes = refine(10, &[vec![9, 1, 2, 4, 7], vec![7, 5, 2]]).unwrap();
+        let expected = [(1, 0), (2, 1), (4, 0), (5, 2), (7, 1), (9, 0)];
+        // 10 ranks: the rank-indexed array; 10^6 ranks: the sort.
+        assert_eq!(destinations_in_rank_order(&classes, 10), expected);
+        assert_eq!(destinations_in_rank_order(&classes, 1_000_000), expected);
+        assert!(destinations_in_rank_order(&Partition::default(), 10).is_empty());
+    }
+
+    #[test]
+    fn set_bytes_match_member_by_member_sums() {
+        // 200 outputs (beyond the tables' 128), sizes up to near u64::MAX (saturation).
+        let mut spec = PlanSpec::new(4, 0);
+        for j in 0..200u64 {
+            let bytes = if j % 50 == 49 {
+                u64::MAX / 3
+            } else {
+                j * 1000 + 1
+            };
+            spec.outputs.push(crate::OutputSpec::new(
+                alloc::format!("o{j}"),
+                bytes,
+                alloc::vec![1],
+            ));
+        }
+        let plan = Plan::build(spec).unwrap();
+        let sizes = SetBytes::new(&plan);
+        let mut rng = ft_core::rng::SplitMix::new(5);
+        for _ in 0..500 {
+            let set: OutputSet = (0..200).filter(|_| rng.chance(1, 3)).collect();
+            assert_eq!(sizes.of(&set), plan.bytes_of(&set), "{set:?}");
+        }
+        assert_eq!(sizes.of(&OutputSet::new()), 0);
     }
 }
