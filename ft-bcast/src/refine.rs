@@ -559,9 +559,10 @@ const SPLIT_COUNT_MAX_IDS: usize = 1 << 12;
 /// Up to this many ids, ranks are placed block by block ([`place_by_block`]).
 const BLOCKED_MAX_IDS: usize = 256;
 
-/// Ranks per block in [`place_by_block`]: the block's ranks, sorted by class, fill half
-/// of a 64 KiB L1 cache or all of a 32 KiB one.
+/// Ranks per block in [`place_by_block`]: the block's positions (2 bytes each), sorted
+/// by class, take half of a 32 KiB L1 data cache.
 const PLACE_BLOCK: usize = 8192;
+const _: () = assert!(PLACE_BLOCK <= 1 << 16, "block positions are stored as u16");
 
 /// Groups ranks into a [`Partition`] by class id: `ids[i]` is the id of rank
 /// `rank_of(i)` (ranks increasing with `i`), `counts` is [`count_ids`] of `ids`, id 0
@@ -618,9 +619,9 @@ pub(crate) fn group_by_id<M: Id>(
     }
 }
 
-/// Placement for few ids, block by block: sort the block's ranks by id into a buffer
-/// that stays in cache (the block's counts give each id's run), then copy each id's run
-/// to its cursor in `members` in one piece.
+/// Placement for few ids, block by block: sort the block's positions by id into a
+/// buffer that stays in cache (the block's counts give each id's run), then write each
+/// id's run, as ranks, at its cursor in `members` in one sequential piece.
 ///
 /// Placing every rank straight at its cursor (as [`place_directly`] does) scatters
 /// single 4-byte stores over as many places in `members` as there are classes; once
@@ -637,7 +638,9 @@ fn place_by_block<M: Id>(
     // run[id]: the start of the id's run in `sorted`, then (after the block's ranks are
     // placed) its end.
     let mut run: Vec<u32> = vec![0; id_count];
-    let mut sorted: Vec<Rank> = vec![0; PLACE_BLOCK.min(ids.len())];
+    // The block's positions (not ranks), by id: half the bytes of ranks, so the buffer
+    // stays in L1; the copy out turns them into ranks.
+    let mut sorted: Vec<u16> = vec![0; PLACE_BLOCK.min(ids.len())];
     for (b, (block, counts)) in ids
         .chunks(PLACE_BLOCK)
         .zip(per_block.chunks_exact(id_count))
@@ -651,7 +654,7 @@ fn place_by_block<M: Id>(
         let first = b * PLACE_BLOCK;
         for (i, id) in block.iter().enumerate() {
             let at = &mut run[id.index()];
-            sorted[*at as usize] = rank_of(first + i);
+            sorted[*at as usize] = i as u16;
             *at += 1;
         }
         // Id 0 (no class) has the first run of the buffer, which is not copied.
@@ -660,7 +663,12 @@ fn place_by_block<M: Id>(
             let to = to as usize;
             if to > from {
                 let at = cursor[id];
-                members[at..at + (to - from)].copy_from_slice(&sorted[from..to]);
+                for (member, &i) in members[at..at + (to - from)]
+                    .iter_mut()
+                    .zip(&sorted[from..to])
+                {
+                    *member = rank_of(first + usize::from(i));
+                }
                 cursor[id] = at + (to - from);
             }
             from = to;
