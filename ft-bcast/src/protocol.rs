@@ -450,6 +450,89 @@ struct Activation {
 }
 
 impl Broadcaster {
+    /// Feeds a frame whose header was already decoded and checked against this
+    /// broadcaster's communicator (by a layer that dispatches on
+    /// [`FrameKind::family`]); `r` is positioned after the header. The same as
+    /// [`Protocol::handle_message`] without decoding the header a second time.
+    pub fn handle_frame(
+        &mut self,
+        _now: Instant,
+        h: &Header,
+        mut r: Reader<'_>,
+    ) -> Result<(), FrameError> {
+        let from = h.sender;
+        if self.dead.contains(from) {
+            return Err(FrameError::FromFailedRank(from));
+        }
+        // No correct peer is this rank: answering would make it send frames to itself.
+        if from == self.cfg.me {
+            return Err(FrameError::Malformed("frame from self"));
+        }
+        if self.revoked {
+            return Err(FrameError::Revoked);
+        }
+        let max = self.cfg.max_outputs;
+        match h.kind {
+            FrameKind::BcastActivate => {
+                let tree = r.varint_u32()?;
+                let count = r.varint()?;
+                if count == 0 || count > r.remaining() as u64 || count > MAX_ANCESTORS as u64 + 1 {
+                    return Err(FrameError::Malformed("bad ancestor count"));
+                }
+                let mut ancestors = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    ancestors.push(r.rank()?);
+                }
+                let needs = read_set(&mut r, max)?;
+                let fetch = read_set(&mut r, max)?;
+                let mut sizes = Vec::with_capacity(fetch.len());
+                for j in &fetch {
+                    sizes.push((j, r.varint()?));
+                }
+                let expected = usize::try_from(r.varint()?)
+                    .map_err(|_| FrameError::Malformed("subtree size overflows"))?;
+                let entries = read_entries(&mut r, max)?;
+                r.finish()?;
+                self.on_activate(
+                    h.epoch,
+                    from,
+                    Activation {
+                        tree,
+                        ancestors,
+                        needs,
+                        fetch,
+                        sizes,
+                        expected,
+                        entries,
+                    },
+                )
+            }
+            FrameKind::BcastSubtree => {
+                let tree = r.varint_u32()?;
+                let first = usize::try_from(r.varint()?)
+                    .map_err(|_| FrameError::Malformed("subtree position overflows"))?;
+                let entries = read_entries(&mut r, max)?;
+                r.finish()?;
+                self.on_subtree(h.epoch, from, tree, first, entries)
+            }
+            FrameKind::BcastRequest => {
+                let _tree = r.varint_u32()?;
+                let outputs = read_set(&mut r, max)?;
+                r.finish()?;
+                self.on_request(h.epoch, from, outputs)
+            }
+            FrameKind::BcastData => {
+                let output = r.varint_u32()?;
+                let total = r.varint()?;
+                let offset = r.varint()?;
+                let chunk = r.bytes()?;
+                r.finish()?;
+                self.on_data(h.epoch, output, total, offset, chunk)
+            }
+            other => Err(FrameError::UnexpectedKind(other as u8)),
+        }
+    }
+
     /// The machine of rank `cfg.me`.
     ///
     /// # Panics
@@ -1163,87 +1246,13 @@ fn activation_frames(
 impl Protocol for Broadcaster {
     type Event = BcastEvent;
 
-    fn handle_message(
-        &mut self,
-        _now: Instant,
-        from: Rank,
-        bytes: &[u8],
-    ) -> Result<(), FrameError> {
+    fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
         let ctx = Context {
             comm: self.cfg.comm,
             n: self.cfg.n,
         };
-        let (h, mut r) = Header::decode(bytes, ctx, from)?;
-        if self.dead.contains(from) {
-            return Err(FrameError::FromFailedRank(from));
-        }
-        // No correct peer is this rank: answering would make it send frames to itself.
-        if from == self.cfg.me {
-            return Err(FrameError::Malformed("frame from self"));
-        }
-        if self.revoked {
-            return Err(FrameError::Revoked);
-        }
-        let max = self.cfg.max_outputs;
-        match h.kind {
-            FrameKind::BcastActivate => {
-                let tree = r.varint_u32()?;
-                let count = r.varint()?;
-                if count == 0 || count > r.remaining() as u64 || count > MAX_ANCESTORS as u64 + 1 {
-                    return Err(FrameError::Malformed("bad ancestor count"));
-                }
-                let mut ancestors = Vec::with_capacity(count as usize);
-                for _ in 0..count {
-                    ancestors.push(r.rank()?);
-                }
-                let needs = read_set(&mut r, max)?;
-                let fetch = read_set(&mut r, max)?;
-                let mut sizes = Vec::with_capacity(fetch.len());
-                for j in &fetch {
-                    sizes.push((j, r.varint()?));
-                }
-                let expected = usize::try_from(r.varint()?)
-                    .map_err(|_| FrameError::Malformed("subtree size overflows"))?;
-                let entries = read_entries(&mut r, max)?;
-                r.finish()?;
-                self.on_activate(
-                    h.epoch,
-                    from,
-                    Activation {
-                        tree,
-                        ancestors,
-                        needs,
-                        fetch,
-                        sizes,
-                        expected,
-                        entries,
-                    },
-                )
-            }
-            FrameKind::BcastSubtree => {
-                let tree = r.varint_u32()?;
-                let first = usize::try_from(r.varint()?)
-                    .map_err(|_| FrameError::Malformed("subtree position overflows"))?;
-                let entries = read_entries(&mut r, max)?;
-                r.finish()?;
-                self.on_subtree(h.epoch, from, tree, first, entries)
-            }
-            FrameKind::BcastRequest => {
-                let _tree = r.varint_u32()?;
-                let outputs = read_set(&mut r, max)?;
-                r.finish()?;
-                self.on_request(h.epoch, from, outputs)
-            }
-            FrameKind::BcastData => {
-                let output = r.varint_u32()?;
-                let total = r.varint()?;
-                let offset = r.varint()?;
-                let chunk = r.bytes()?;
-                r.finish()?;
-                self.on_data(h.epoch, output, total, offset, chunk)
-            }
-            other => Err(FrameError::UnexpectedKind(other as u8)),
-        }
+        let (header, reader) = Header::decode(bytes, ctx, from)?;
+        self.handle_frame(now, &header, reader)
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}

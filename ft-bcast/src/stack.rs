@@ -249,15 +249,17 @@ impl Protocol for RankStack {
             comm: self.bcast_config.comm,
             n: self.bcast_config.n,
         };
-        let (header, _) = Header::decode(bytes, context, from)?;
+        // One decode serves every layer: each takes the checked header and the payload.
+        let (header, payload) = Header::decode(bytes, context, from)?;
         if header.kind.family() == "bcast" {
             // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
             if self.node.detector().known_dead().contains(header.sender) {
                 return Err(FrameError::FromFailedRank(header.sender));
             }
-            self.broadcaster_mut(now).handle_message(now, from, bytes)
+            self.broadcaster_mut(now)
+                .handle_frame(now, &header, payload)
         } else {
-            let result = self.node.handle_message(now, from, bytes);
+            let result = self.node.handle_frame(now, &header, payload);
             self.absorb_node(now);
             result
         }

@@ -1255,6 +1255,36 @@ impl Agreement {
         }
     }
 
+    /// Feeds a frame whose header was already decoded and checked against this
+    /// agreement's communicator (by a layer that dispatches on [`FrameKind::family`]);
+    /// `reader` is positioned after the header.
+    pub fn handle_frame(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        mut reader: Reader<'_>,
+    ) -> Result<(), FrameError> {
+        let _ = now;
+        if header.kind.family() != "agree" {
+            return Err(FrameError::UnexpectedKind(header.kind as u8));
+        }
+        let from = header.sender;
+        let msg = Msg::decode(header.kind, &mut reader)?;
+        reader.finish()?;
+        if self.dead.contains(from) {
+            return Err(FrameError::FromFailedRank(from));
+        }
+        if from == self.cfg.me {
+            return Err(FrameError::Malformed("frame from self"));
+        }
+        if self.excluded {
+            return Ok(());
+        }
+        self.dispatch(from, header.epoch, msg)?;
+        self.after_input();
+        Ok(())
+    }
+
     fn dispatch(&mut self, from: Rank, epoch: u32, msg: Msg) -> Result<(), FrameError> {
         let (mut io, instances) = self.parts();
         for inst in instances.into_iter().flatten() {
@@ -1326,29 +1356,12 @@ impl Protocol for Agreement {
     type Event = Event;
 
     fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
-        let _ = now;
         let ctx = Context {
             comm: self.cfg.comm,
             n: self.cfg.n,
         };
-        let (header, mut reader) = Header::decode(bytes, ctx, from)?;
-        if header.kind.family() != "agree" {
-            return Err(FrameError::UnexpectedKind(header.kind as u8));
-        }
-        let msg = Msg::decode(header.kind, &mut reader)?;
-        reader.finish()?;
-        if self.dead.contains(from) {
-            return Err(FrameError::FromFailedRank(from));
-        }
-        if from == self.cfg.me {
-            return Err(FrameError::Malformed("frame from self"));
-        }
-        if self.excluded {
-            return Ok(());
-        }
-        self.dispatch(from, header.epoch, msg)?;
-        self.after_input();
-        Ok(())
+        let (header, reader) = Header::decode(bytes, ctx, from)?;
+        self.handle_frame(now, &header, reader)
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}

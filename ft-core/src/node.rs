@@ -315,6 +315,32 @@ impl Node {
         }
     }
 
+    /// Feeds a frame whose header was already decoded and checked against this node's
+    /// communicator (by a layer stacked above that dispatches on
+    /// [`FrameKind::family`]); `payload` is positioned after the header. The same as
+    /// [`Protocol::handle_message`] without decoding the header a second time.
+    pub fn handle_frame(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        payload: Reader<'_>,
+    ) -> Result<(), FrameError> {
+        if self.stopped {
+            return Ok(());
+        }
+        // The detector's `K_i` equals the view's `L_i ∪ pending` (see the invariants);
+        // one set to look at instead of three.
+        if self.detector.known_dead().contains(header.sender) {
+            return Err(FrameError::FromFailedRank(header.sender));
+        }
+        if header.kind.family() == "agree" {
+            let result = self.agreement_mut(now).handle_frame(now, header, payload);
+            self.absorb_agreement();
+            return result;
+        }
+        self.dispatch(now, header, payload)
+    }
+
     fn dispatch(
         &mut self,
         now: Instant,
@@ -347,18 +373,7 @@ impl Protocol for Node {
             return Ok(());
         }
         let (header, payload) = Header::decode(bytes, self.detector.context(), from)?;
-        // The detector's `K_i` equals the view's `L_i ∪ pending` (see the invariants);
-        // one set to look at instead of three.
-        if self.detector.known_dead().contains(header.sender) {
-            return Err(FrameError::FromFailedRank(header.sender));
-        }
-        if header.kind.family() == "agree" {
-            // The agreement decodes its own payloads (and re-checks the header).
-            let result = self.agreement_mut(now).handle_message(now, from, bytes);
-            self.absorb_agreement();
-            return result;
-        }
-        self.dispatch(now, &header, payload)
+        self.handle_frame(now, &header, payload)
     }
 
     fn handle_timeout(&mut self, now: Instant) {
