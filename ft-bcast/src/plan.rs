@@ -35,7 +35,7 @@ use ft_core::Rank;
 
 use crate::outputs::OutputSet;
 use crate::refine::Partition;
-use crate::spec::{PlanSpec, SpecError, Strategy};
+use crate::spec::{OutputSpec, PlanSpec, SpecError, Strategy};
 use crate::topology::FailedRanks;
 use hashbrown::HashMap;
 
@@ -167,13 +167,13 @@ impl<'a> Iterator for TreeEdges<'a> {
 /// of the outputs `8c + i` for the bits `i` of `b` (saturating). The tables cover the
 /// outputs an [`OutputSet`] holds inline; members beyond are summed one by one.
 struct SetBytes<'a> {
-    plan: &'a Plan,
+    outputs: &'a [OutputSpec],
     chunks: Vec<[u64; 256]>,
 }
 
 impl<'a> SetBytes<'a> {
     fn new(plan: &'a Plan) -> Self {
-        let outputs = &plan.spec.outputs;
+        let outputs = &plan.spec.outputs[..];
         let covered = outputs.len().min(OutputSet::INLINE_CAPACITY as usize);
         let chunks = (0..covered.div_ceil(8))
             .map(|c| {
@@ -187,7 +187,7 @@ impl<'a> SetBytes<'a> {
                 table
             })
             .collect();
-        SetBytes { plan, chunks }
+        SetBytes { outputs, chunks }
     }
 
     fn of(&self, set: &OutputSet) -> u64 {
@@ -201,15 +201,24 @@ impl<'a> SetBytes<'a> {
                 rest &= !(0xff << (8 * k));
                 total = total.saturating_add(match self.chunks.get(8 * w + k) {
                     Some(table) => table[byte as usize],
-                    None => (0..8)
-                        .filter(|i| byte >> i & 1 == 1)
-                        .filter_map(|i| self.plan.spec.outputs.get(64 * w + 8 * k + i))
-                        .fold(0u64, |a, o| a.saturating_add(o.bytes)),
+                    None => bytes_sum(
+                        self.outputs,
+                        (0..8)
+                            .filter(|i| byte >> i & 1 == 1)
+                            .map(|i| 64 * w + 8 * k + i),
+                    ),
                 });
             }
         }
         total
     }
+}
+
+/// The bytes of outputs `members` (indices into `outputs`; others count 0), saturating.
+fn bytes_sum(outputs: &[OutputSpec], members: impl Iterator<Item = usize>) -> u64 {
+    members
+        .filter_map(|j| outputs.get(j))
+        .fold(0u64, |acc, o| acc.saturating_add(o.bytes))
 }
 
 /// Every member of `classes` with its class index, in increasing rank order (ranks are
@@ -330,9 +339,7 @@ impl Plan {
     }
     /// The bytes of the outputs in `set`, saturating.
     pub fn bytes_of(&self, set: &OutputSet) -> u64 {
-        set.iter()
-            .filter_map(|j| self.spec.outputs.get(j as usize))
-            .fold(0u64, |acc, o| acc.saturating_add(o.bytes))
+        bytes_sum(&self.spec.outputs, set.iter().map(|j| j as usize))
     }
 
     fn push_tree(&mut self, outputs: OutputSet, len: usize, shape: Shape) {
@@ -348,12 +355,9 @@ impl Plan {
                     .iter()
                     .fold(0u64, |a, s| a.saturating_add(sizes.of(s)))
             }
-            Shape::Explicit(edges) => {
-                let sizes = SetBytes::new(self);
-                self.explicit[edges.clone()].iter().fold(0u64, |a, e| {
-                    a.saturating_add(sizes.of(&self.sets[e.set as usize]))
-                })
-            }
+            Shape::Explicit(edges) => self.explicit[edges.clone()].iter().fold(0u64, |a, e| {
+                a.saturating_add(self.bytes_of(&self.sets[e.set as usize]))
+            }),
         };
         self.trees.push(Tree {
             outputs,
@@ -586,7 +590,7 @@ mod tests {
             } else {
                 j * 1000 + 1
             };
-            spec.outputs.push(crate::OutputSpec::new(
+            spec.outputs.push(OutputSpec::new(
                 alloc::format!("o{j}"),
                 bytes,
                 alloc::vec![1],

@@ -268,8 +268,6 @@ const MOVED: u32 = u32::MAX - 1;
 /// destination lists.
 trait ClassMap {
     fn get(&self, rank: Rank) -> u32;
-    /// The class of `rank`, `None` if it is out of the map's range.
-    fn get_checked(&self, rank: Rank) -> Option<u32>;
     fn set(&mut self, rank: Rank, class: u32);
 }
 
@@ -306,9 +304,6 @@ impl<T: DenseId> ClassMap for Vec<T> {
     fn get(&self, rank: Rank) -> u32 {
         self[rank as usize].to_u32()
     }
-    fn get_checked(&self, rank: Rank) -> Option<u32> {
-        self.as_slice().get(rank as usize).map(|id| id.to_u32())
-    }
     #[inline]
     fn set(&mut self, rank: Rank, class: u32) {
         self[rank as usize] = T::from_u32(class);
@@ -319,9 +314,6 @@ impl ClassMap for HashMap<Rank, u32> {
     #[inline]
     fn get(&self, rank: Rank) -> u32 {
         self.get(&rank).copied().unwrap_or(EMPTY_CLASS)
-    }
-    fn get_checked(&self, rank: Rank) -> Option<u32> {
-        Some(ClassMap::get(self, rank))
     }
     #[inline]
     fn set(&mut self, rank: Rank, class: u32) {
@@ -387,7 +379,7 @@ fn refine_checked<L: AsRef<[Rank]>>(
     } else {
         let mut map: HashMap<Rank, u32> = HashMap::with_capacity(entries.min(1 << 20));
         let sets = run_rounds(n, lists, &mut map)?;
-        check_outsider(&map, &sets, outsider)?;
+        check_outsider(&map, &sets, n, outsider)?;
         let mut pairs: Vec<(Rank, u32)> = map.into_iter().collect();
         pairs.sort_unstable_by_key(|p| p.0);
         let ids: Vec<u32> = pairs.iter().map(|p| p.1).collect();
@@ -408,7 +400,7 @@ fn refine_dense<T: DenseId, L: AsRef<[Rank]>>(
 ) -> Result<Partition, RefineError> {
     let mut map: Vec<T> = vec![T::default(); n as usize];
     let sets = run_rounds(n, lists, &mut map)?;
-    check_outsider(&map, &sets, outsider)?;
+    check_outsider(&map, &sets, n, outsider)?;
     let counts = count_ids(&map, sets.len());
     Ok(group_by_id(
         &map,
@@ -418,18 +410,20 @@ fn refine_dense<T: DenseId, L: AsRef<[Rank]>>(
     ))
 }
 
-/// After the rounds: `outsider`'s class, if it has one, names the lists that name it.
+/// After the rounds over `0..n`: `outsider`'s class, if it has one, names the lists
+/// that name it (a rank outside `0..n` is in no list).
 fn check_outsider<M: ClassMap>(
     map: &M,
     sets: &[OutputSet],
+    n: u32,
     outsider: Option<Rank>,
 ) -> Result<(), RefineError> {
-    let Some(rank) = outsider else {
+    let Some(rank) = outsider.filter(|&r| r < n) else {
         return Ok(());
     };
-    match map
-        .get_checked(rank)
-        .and_then(|id| sets.get(id as usize)?.iter().next())
+    match sets
+        .get(map.get(rank) as usize)
+        .and_then(|set| set.iter().next())
     {
         Some(list) => Err(RefineError::Outsider {
             list: list as usize,

@@ -1260,11 +1260,10 @@ impl Agreement {
     /// `reader` is positioned after the header.
     pub fn handle_frame(
         &mut self,
-        now: Instant,
+        _now: Instant,
         header: &Header,
         mut reader: Reader<'_>,
     ) -> Result<(), FrameError> {
-        let _ = now;
         if header.kind.family() != "agree" {
             return Err(FrameError::UnexpectedKind(header.kind as u8));
         }

@@ -179,18 +179,7 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
         })
     });
     if lists.len() <= SMALL_OUTPUTS {
-        let counts = count_ids(&masks, 1 << lists.len());
-        let mask_of = |id: usize| id as u64;
-        check_no_repeats::<M, L>(n, lists, &counts.sizes, mask_of)?;
-        if let Some(e) = outsider {
-            return Err(e);
-        }
-        return Ok(group_by_id(
-            &masks,
-            &counts,
-            |i| i as Rank,
-            |id| output_set(mask_of(id)),
-        ));
+        return group_masks::<M, L>(n, lists, &masks, 1 << lists.len(), |id| id as u64, outsider);
     }
 
     // Masks become dense class ids, in order of first appearance.
@@ -199,14 +188,34 @@ pub(super) fn refine_by_masks<M: NeedMask, L: AsRef<[Rank]>>(
         *word = M::from_id(labels.label(*word));
     }
     let label_masks = labels.into_masks();
-    let counts = count_ids(&masks, label_masks.len());
-    let mask_of = |id: usize| label_masks[id].widen();
-    check_no_repeats::<M, L>(n, lists, &counts.sizes, mask_of)?;
+    group_masks::<M, L>(
+        n,
+        lists,
+        &masks,
+        label_masks.len(),
+        |id| label_masks[id].widen(),
+        outsider,
+    )
+}
+
+/// The end of both paths: counts `ids` (class ids below `id_count`, id `id` standing
+/// for mask `mask_of(id)`), checks that no list repeats a rank, then reports `outsider`
+/// (the error for a rank no list may name, if one does) or groups the ranks.
+fn group_masks<M: NeedMask, L: AsRef<[Rank]>>(
+    n: u32,
+    lists: &[L],
+    ids: &[M],
+    id_count: usize,
+    mask_of: impl Fn(usize) -> u64,
+    outsider: Option<RefineError>,
+) -> Result<Partition, RefineError> {
+    let counts = count_ids(ids, id_count);
+    check_no_repeats::<M, L>(n, lists, &counts.sizes, &mask_of)?;
     if let Some(e) = outsider {
         return Err(e);
     }
     Ok(group_by_id(
-        &masks,
+        ids,
         &counts,
         |i| i as Rank,
         |id| output_set(mask_of(id)),
