@@ -1,0 +1,242 @@
+//! [`Driver`]: the backend loop of [`ft_core::machine`] for one rank, over an
+//! [`MpiTransport`] and the wall clock.
+//!
+//! One [`Driver::pump`] receives every frame that has arrived (handing each to the
+//! machine), fires the machine's timer if it is due, sends every frame the machine
+//! has, completes finished sends, and moves the machine's events to the driver's
+//! queue. [`Driver::run_until`] pumps until the caller's condition holds, sleeping
+//! briefly whenever a pump found nothing to do (so ranks oversubscribed on few cores
+//! leave each other the CPU, and heartbeats stay on time).
+//!
+//! Invariants: the clock passed to the machine never goes back (it is one monotonic
+//! `std::time::Instant` origin per driver); after every public call that touched the
+//! machine, its transmit queue is drained into the transport. Frames the machine
+//! rejects are counted, never fatal: peer input cannot stop a rank.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration as StdDuration, Instant as WallInstant};
+
+use ft_core::{wire, Instant, Protocol};
+
+use crate::transport::{MpiError, MpiTransport, Received};
+
+/// The longest a [`Driver::run_until`] sleeps when idle: a frame that arrives while
+/// the rank sleeps waits at most this long.
+pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
+
+/// Why a [`Driver::run_until`] stopped without its condition.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DriverError {
+    /// The transport failed (an MPI error other than a dead peer).
+    Mpi(MpiError),
+    /// The condition did not hold by the deadline.
+    TimedOut {
+        /// What was awaited.
+        what: String,
+        /// How long the driver waited.
+        waited: StdDuration,
+    },
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Mpi(e) => e.fmt(f),
+            DriverError::TimedOut { what, waited } => {
+                write!(f, "timed out after {waited:?} waiting for {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+impl From<MpiError> for DriverError {
+    fn from(e: MpiError) -> Self {
+        DriverError::Mpi(e)
+    }
+}
+
+/// Counters of what the driver saw, beside [`crate::TransportStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Frames the machine rejected (malformed, from a rank it knows dead, ...).
+    pub rejected: u64,
+    /// Messages longer than any frame, discarded by the transport.
+    pub oversized: u64,
+    /// Timer firings.
+    pub timeouts: u64,
+}
+
+/// One rank's machine `P` driven over MPI: see the [module docs](self).
+pub struct Driver<P: Protocol> {
+    machine: P,
+    transport: MpiTransport,
+    origin: WallInstant,
+    buf: Vec<u8>,
+    events: VecDeque<(Instant, P::Event)>,
+    stats: DriverStats,
+}
+
+impl<P: Protocol> fmt::Debug for Driver<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("transport", &self.transport)
+            .field("now", &self.now())
+            .field("events", &self.events.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl<P: Protocol> Driver<P> {
+    /// Drives `machine` over `transport`; the machine's clock reads
+    /// `origin.elapsed()` (the origin the machine was created at, as
+    /// [`Instant::ZERO`]).
+    pub fn new(machine: P, transport: MpiTransport, origin: WallInstant) -> Self {
+        let n = transport.size();
+        Driver {
+            machine,
+            transport,
+            origin,
+            buf: vec![0; wire::frame_capacity(n)],
+            events: VecDeque::new(),
+            stats: DriverStats::default(),
+        }
+    }
+
+    /// The machine's clock now.
+    pub fn now(&self) -> Instant {
+        let nanos = self.origin.elapsed().as_nanos();
+        Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &P {
+        &self.machine
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &MpiTransport {
+        &self.transport
+    }
+
+    /// What the driver saw so far.
+    pub fn stats(&self) -> DriverStats {
+        self.stats
+    }
+
+    /// Runs an application command (`validate_global`, `start_broadcast`, ...) on the
+    /// machine at the current time, then sends what it produced.
+    pub fn command<R>(&mut self, f: impl FnOnce(&mut P, Instant) -> R) -> Result<R, MpiError> {
+        let now = self.now();
+        let result = f(&mut self.machine, now);
+        self.flush(now)?;
+        Ok(result)
+    }
+
+    /// The next event the machine reported, with the time it was collected.
+    pub fn poll_event(&mut self) -> Option<(Instant, P::Event)> {
+        self.events.pop_front()
+    }
+
+    /// One round of the backend loop; returns whether it received a frame or fired a
+    /// timer (if not, the caller may sleep).
+    pub fn pump(&mut self) -> Result<bool, MpiError> {
+        let mut busy = false;
+        let now = self.now();
+        loop {
+            match self.transport.try_recv()? {
+                None => break,
+                Some(Received::Frame { from, bytes }) => {
+                    busy = true;
+                    if self.machine.handle_message(now, from, bytes).is_err() {
+                        self.stats.rejected += 1;
+                    }
+                }
+                Some(Received::Oversized { .. }) => {
+                    busy = true;
+                    self.stats.oversized += 1;
+                }
+            }
+            // Answer as we go, so a burst of frames does not hold back replies.
+            self.flush(now)?;
+        }
+        if self.machine.poll_timeout().is_some_and(|t| t <= now) {
+            busy = true;
+            self.stats.timeouts += 1;
+            self.machine.handle_timeout(now);
+        }
+        self.flush(now)?;
+        self.transport.progress()?;
+        Ok(busy)
+    }
+
+    /// Pumps until `done` (asked after every pump, with the machine and the events
+    /// collected so far) returns a value, or `limit` passes.
+    pub fn run_until<T>(
+        &mut self,
+        what: &str,
+        limit: StdDuration,
+        mut done: impl FnMut(&P, &mut VecDeque<(Instant, P::Event)>) -> Option<T>,
+    ) -> Result<T, DriverError> {
+        let start = WallInstant::now();
+        loop {
+            let busy = self.pump()?;
+            if let Some(value) = done(&self.machine, &mut self.events) {
+                return Ok(value);
+            }
+            let waited = start.elapsed();
+            if waited >= limit {
+                return Err(DriverError::TimedOut {
+                    what: what.to_string(),
+                    waited,
+                });
+            }
+            if !busy {
+                self.sleep_idle();
+            }
+        }
+    }
+
+    /// Pumps for `span` (keeping the rank alive for its peers: heartbeats, late
+    /// requests), then waits up to `span` more for its own sends to complete.
+    pub fn run_for(&mut self, span: StdDuration) -> Result<(), MpiError> {
+        let end = WallInstant::now() + span;
+        while WallInstant::now() < end {
+            if !self.pump()? {
+                self.sleep_idle();
+            }
+        }
+        let end = WallInstant::now() + span;
+        while self.transport.pending_sends() > 0 && WallInstant::now() < end {
+            self.transport.progress()?;
+            std::thread::sleep(IDLE_SLEEP);
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the machine's next deadline, at most [`IDLE_SLEEP`].
+    fn sleep_idle(&self) {
+        let now = self.now();
+        let until_timer = self.machine.poll_timeout().map_or(IDLE_SLEEP, |t| {
+            StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos()))
+        });
+        let nap = until_timer.min(IDLE_SLEEP);
+        if !nap.is_zero() {
+            std::thread::sleep(nap);
+        }
+    }
+
+    fn flush(&mut self, now: Instant) -> Result<(), MpiError> {
+        while let Some(tx) = self.machine.poll_transmit(now, &mut self.buf) {
+            self.transport.send(tx.to, &self.buf[..tx.len])?;
+        }
+        while let Some(event) = self.machine.poll_event() {
+            self.events.push_back((now, event));
+        }
+        Ok(())
+    }
+}

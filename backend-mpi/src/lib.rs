@@ -1,0 +1,24 @@
+//! `backend-mpi`: drives the protocol state machines of `ft-core` and `ft-bcast` over a
+//! real MPI communicator. It moves bytes and reads the clock; it holds no protocol
+//! logic.
+//!
+//! - [`transport`]: [`MpiTransport`], frames over a duplicate of a communicator with
+//!   `MPI_ERRORS_RETURN`, nonblocking sends, matched-probe receives, and (feature
+//!   `ulfm`, on by default) the failure acknowledgement ULFM requires for any-source
+//!   receives after a process dies;
+//! - [`driver`]: [`Driver`], the backend loop of `ft_core::machine` for one rank
+//!   (receive, timers, send, events) on the wall clock;
+//! - the `ftmpi` binary runs a global validation or a broadcast across the ranks of an
+//!   `mpiexec` job, optionally killing one rank for real (`SIGKILL`), and prints one
+//!   JSON line per surviving rank.
+//!
+//! Failure detection is the core's own heartbeat detector, whatever the MPI: the MPI's
+//! own failure reports only keep the transport working. Fault tests need an MPI that
+//! lets survivors go on after a process dies: Open MPI 5 started with
+//! `mpiexec --with-ft ulfm`. Failure-free runs work with any MPI the `mpi` crate builds
+//! against (build without the `ulfm` feature for an MPI lacking `MPIX_Comm_ack_failed`).
+pub mod driver;
+pub mod transport;
+
+pub use driver::{Driver, DriverError, DriverStats};
+pub use transport::{MpiError, MpiTransport, Received, TransportStats};
