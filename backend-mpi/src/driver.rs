@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
+use ft_bcast::{RankStack, StackEvent};
 use ft_core::{wire, Instant, Protocol};
+use ft_runtime::Engine;
 
 use crate::transport::{MpiError, MpiTransport, Received};
 
@@ -219,7 +221,7 @@ impl<P: Protocol> Driver<P> {
     }
 
     /// Sleeps until the machine's next deadline, at most [`IDLE_SLEEP`].
-    fn sleep_idle(&self) {
+    pub fn sleep_idle(&self) {
         let now = self.now();
         let until_timer = self.machine.poll_timeout().map_or(IDLE_SLEEP, |t| {
             StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos()))
@@ -238,5 +240,30 @@ impl<P: Protocol> Driver<P> {
             self.events.push_back((now, event));
         }
         Ok(())
+    }
+}
+
+/// A driven stack is an engine for [`ft_runtime::Runtime`]: the progress thread runs
+/// this very loop.
+impl Engine for Driver<RankStack> {
+    type Error = MpiError;
+
+    fn stack(&self) -> &RankStack {
+        self.machine()
+    }
+    fn command(&mut self, f: &mut dyn FnMut(&mut RankStack, Instant)) -> Result<(), MpiError> {
+        Driver::command(self, |stack, now| f(stack, now))
+    }
+    fn pump(&mut self) -> Result<bool, MpiError> {
+        Driver::pump(self)
+    }
+    fn next_event(&mut self) -> Option<StackEvent> {
+        self.poll_event().map(|(_, event)| event)
+    }
+    fn sleep_idle(&mut self) {
+        Driver::sleep_idle(self);
+    }
+    fn linger(&mut self, span: StdDuration) -> Result<(), MpiError> {
+        self.run_for(span)
     }
 }

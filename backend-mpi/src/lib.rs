@@ -17,6 +17,12 @@
 //! lets survivors go on after a process dies: Open MPI 5 started with
 //! `mpiexec --with-ft ulfm`. Failure-free runs work with any MPI the `mpi` crate builds
 //! against (build without the `ulfm` feature for an MPI lacking `MPIX_Comm_ack_failed`).
+//!
+//! Known limit of Open MPI 5.0 (not of this crate): after a process died, `MPI_Finalize`
+//! at a survivor can wait forever in its PMIx fence for the dead process
+//! (open-mpi/ompi#11404; here about one run in three). The application owns MPI's
+//! initialization and finalization; `ftmpi` exits without finalizing once it has seen
+//! a failure.
 pub mod driver;
 pub mod transport;
 

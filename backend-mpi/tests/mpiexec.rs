@@ -130,6 +130,24 @@ fn validate_global_after_a_rank_is_killed() {
 }
 
 #[test]
+fn validate_global_on_a_progress_thread_after_a_rank_is_killed() {
+    // ft_runtime::Runtime: the progress thread drives the stack, the main thread blocks
+    // in validate_global and watches the published view for the death.
+    let lines = run(
+        5,
+        &["validate", "--threaded", "--kill", "2", "--kill-at-ms", "3"],
+    );
+    assert_eq!(ranks_of(&lines), [0, 1, 3, 4]);
+    let gs = agreed(&lines);
+    assert_eq!(gs.len(), 2);
+    assert_eq!(gs[1], serde_json::json!([2]));
+    for line in &lines {
+        assert_eq!(line["threaded"], true);
+        assert_eq!(line["L"], serde_json::json!([2]));
+    }
+}
+
+#[test]
 fn validate_global_when_the_coordinator_dies_in_the_call() {
     let lines = run(5, &["validate", "--kill", "0", "--kill-on", "validate"]);
     assert_eq!(ranks_of(&lines), [1, 2, 3, 4]);

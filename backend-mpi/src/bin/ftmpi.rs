@@ -27,8 +27,10 @@ use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
 use ft_core::detector::DetectorConfig;
 use ft_core::node::NodeEvent;
 use ft_core::{Duration, Instant, Rank};
+use ft_runtime::Runtime;
 use mpi::collective::CommunicatorCollectives;
-use mpi::topology::Communicator;
+use mpi::environment::Threading;
+use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -48,6 +50,10 @@ enum Command {
     Validate {
         #[command(flatten)]
         common: Common,
+        /// Drive the stack on a progress thread (`ft_runtime::Runtime`) while the main
+        /// thread calls the blocking commands and watches the published view.
+        #[arg(long)]
+        threaded: bool,
     },
     /// The plan file's root broadcasts; every destination checks what it receives
     /// byte for byte.
@@ -59,7 +65,7 @@ enum Command {
     },
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct Common {
     /// Heartbeat period.
     #[arg(long, default_value_t = 50)]
@@ -84,7 +90,7 @@ struct Common {
     limit_s: u64,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum KillStep {
     /// As soon as a broadcast activates the rank.
     Activation,
@@ -94,14 +100,25 @@ enum KillStep {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Some(universe) = mpi::initialize() else {
+    // Serialized: in threaded runs the progress thread, not the main one, calls MPI.
+    let Some((universe, threading)) = mpi::initialize_with_threading(Threading::Serialized) else {
         eprintln!("ftmpi: MPI was initialized already");
         return ExitCode::FAILURE;
     };
     let world = universe.world();
     let rank = world.rank() as Rank;
     let result = match &cli.command {
-        Command::Validate { common } => start(&world, common).and_then(|d| validate(d, common)),
+        Command::Validate {
+            common,
+            threaded: false,
+        } => start(&world, common).and_then(|d| validate(d, common)),
+        Command::Validate {
+            common,
+            threaded: true,
+        } if threading >= Threading::Serialized => validate_threaded(&world, common),
+        Command::Validate { .. } => Err(format!(
+            "this MPI offers {threading:?} threading; a progress thread needs Serialized"
+        )),
         Command::Broadcast { plan, common } => std::fs::read_to_string(plan)
             .map_err(|e| format!("cannot read {}: {e}", plan.display()))
             .and_then(|text| plan_file::parse(&text).map_err(|e| e.to_string()))
@@ -111,8 +128,15 @@ fn main() -> ExitCode {
             }),
     };
     match result {
-        Ok(line) => {
+        Ok(Finished { line, saw_failure }) => {
             println!("{line}");
+            if saw_failure {
+                // Open MPI 5's MPI_Finalize can wait forever on a dead process after a
+                // failure (its PMIx fence: open-mpi/ompi#11404), so a rank that saw one
+                // leaves without it, as ULFM programs that cannot finalize do.
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                std::process::exit(0);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -120,6 +144,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What a rank prints, and whether it saw a rank fail.
+struct Finished {
+    line: String,
+    saw_failure: bool,
 }
 
 /// The rank's stack on a transport over `world`, started together with every rank (a
@@ -212,7 +242,7 @@ fn stopped(event: &StackEvent) -> Option<String> {
 
 /// `ftmpi validate`: prints
 /// `{"rank", "n", "validations": [{"epoch", "G"}...], "L", "stats": {...}}`.
-fn validate(mut driver: Driver<RankStack>, common: &Common) -> Result<String, String> {
+fn validate(mut driver: Driver<RankStack>, common: &Common) -> Result<Finished, String> {
     let limit = StdDuration::from_secs(common.limit_s);
     if common.kill == Some(driver.transport().rank())
         && matches!(common.kill_on, Some(KillStep::Validate))
@@ -247,7 +277,7 @@ fn validate(mut driver: Driver<RankStack>, common: &Common) -> Result<String, St
         .run_for(StdDuration::from_millis(common.linger_ms))
         .map_err(|e| e.to_string())?;
     let view = driver.machine().node().view();
-    Ok(json!({
+    let line = json!({
         "rank": driver.transport().rank(),
         "n": driver.transport().size(),
         "validations": validations
@@ -257,7 +287,69 @@ fn validate(mut driver: Driver<RankStack>, common: &Common) -> Result<String, St
         "L": view.local().iter().collect::<Vec<_>>(),
         "stats": stats(&driver),
     })
-    .to_string())
+    .to_string();
+    Ok(Finished {
+        line,
+        saw_failure: saw_failure(&driver),
+    })
+}
+
+/// Whether this rank knows a rank failed, or MPI reported a failure to it.
+fn saw_failure(driver: &Driver<RankStack>) -> bool {
+    !driver.machine().node().view().known_failed().is_empty()
+        || driver.transport().stats().failure_acks > 0
+        || driver.transport().stats().dropped_to_failed > 0
+}
+
+/// `ftmpi validate --threaded`: the flow of [`validate`] on a [`Runtime`]: the progress
+/// thread drives the stack, this thread blocks in `validate_global` and polls the
+/// published view to learn of the death. Prints the same line, without transport
+/// counters.
+fn validate_threaded(
+    world: &mpi::topology::SimpleCommunicator,
+    common: &Common,
+) -> Result<Finished, String> {
+    let limit = StdDuration::from_secs(common.limit_s);
+    let (me, n) = (world.rank() as Rank, world.size() as u32);
+    let settings = common.clone();
+    // The communicator handle may not cross threads: the progress thread takes its own.
+    let runtime = Runtime::spawn(move || start(&SimpleCommunicator::world(), &settings))
+        .map_err(|e| e.to_string())?;
+    if common.kill == Some(me) && common.kill_on == Some(KillStep::Validate) {
+        die();
+    }
+    let mut validations = vec![runtime.validate_global().map_err(|e| e.to_string())?];
+    if let Some(dead) = common.kill {
+        let since = WallInstant::now();
+        loop {
+            let view = runtime.view();
+            if view.local.contains(dead) || view.pending.contains(dead) {
+                break;
+            }
+            if since.elapsed() > limit {
+                return Err(format!("timed out waiting to learn that rank {dead} died"));
+            }
+            std::thread::sleep(StdDuration::from_millis(5));
+        }
+        validations.push(runtime.validate_global().map_err(|e| e.to_string())?);
+    }
+    let local: Vec<Rank> = runtime.view().local.iter().collect();
+    let saw_failure = !local.is_empty() || !runtime.view().pending.is_empty();
+    runtime
+        .shutdown(StdDuration::from_millis(common.linger_ms))
+        .map_err(|e| e.to_string())?;
+    let line = json!({
+        "rank": me,
+        "n": n,
+        "validations": validations
+            .iter()
+            .map(|(epoch, g)| json!({"epoch": epoch, "G": g.iter().collect::<Vec<_>>()}))
+            .collect::<Vec<_>>(),
+        "L": local,
+        "threaded": true,
+    })
+    .to_string();
+    Ok(Finished { line, saw_failure })
 }
 
 /// `ftmpi broadcast`: prints `{"rank", "needs": [names], "received": [names],
@@ -268,7 +360,7 @@ fn broadcast(
     mut driver: Driver<RankStack>,
     spec: PlanSpec,
     common: &Common,
-) -> Result<String, String> {
+) -> Result<Finished, String> {
     let limit = StdDuration::from_secs(common.limit_s);
     let (me, n) = (driver.transport().rank(), driver.transport().size());
     if spec.ranks != n {
@@ -340,7 +432,7 @@ fn broadcast(
             .map(|j| names[j as usize].clone())
             .collect::<Vec<_>>()
     };
-    Ok(json!({
+    let line = json!({
         "rank": me,
         "needs": named(&needs),
         "received": named(&received),
@@ -349,7 +441,11 @@ fn broadcast(
         "G": g,
         "stats": stats(&driver),
     })
-    .to_string())
+    .to_string();
+    Ok(Finished {
+        line,
+        saw_failure: saw_failure(&driver),
+    })
 }
 
 fn stats(driver: &Driver<RankStack>) -> Value {
