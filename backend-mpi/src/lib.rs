@@ -6,11 +6,14 @@
 //!   `MPI_ERRORS_RETURN`, nonblocking sends, matched-probe receives, and (feature
 //!   `ulfm`, on by default) the failure acknowledgement ULFM requires for any-source
 //!   receives after a process dies;
-//! - [`driver`]: [`Driver`], the backend loop of `ft_core::machine` for one rank
-//!   (receive, timers, send, events) on the wall clock;
+//! - [`ulfm`] (feature `ulfm`): the ULFM calls the crate uses, and `MPIX_Comm_agree`
+//!   for the benchmark;
+//! - the backend loop itself is `ft_runtime::Driver` over an [`MpiTransport`] (and
+//!   `ft_runtime::Runtime` puts it on a progress thread);
 //! - the `ftmpi` binary runs a global validation or a broadcast across the ranks of an
 //!   `mpiexec` job, optionally killing one rank for real (`SIGKILL`), and prints one
-//!   JSON line per surviving rank.
+//!   JSON line per surviving rank; `ftmpi bench` times `validate_global` against ULFM's
+//!   `MPIX_Comm_agree` and `MPI_Barrier` in the same run.
 //!
 //! Failure detection is the core's own heartbeat detector, whatever the MPI: the MPI's
 //! own failure reports only keep the transport working. Fault tests need an MPI that
@@ -23,8 +26,8 @@
 //! (open-mpi/ompi#11404; here about one run in three). The application owns MPI's
 //! initialization and finalization; `ftmpi` exits without finalizing once it has seen
 //! a failure.
-pub mod driver;
 pub mod transport;
+#[cfg(feature = "ulfm")]
+pub mod ulfm;
 
-pub use driver::{Driver, DriverError, DriverStats};
-pub use transport::{MpiError, MpiTransport, Received, TransportStats};
+pub use transport::{MpiError, MpiTransport, TransportStats};

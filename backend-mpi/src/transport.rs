@@ -27,6 +27,7 @@ use std::fmt;
 use std::os::raw::{c_int, c_void};
 
 use ft_core::{wire, Rank};
+use ft_runtime::{Received, Transport};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -59,26 +60,6 @@ impl fmt::Display for MpiError {
 }
 
 impl std::error::Error for MpiError {}
-
-/// What one receive attempt found.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Received<'a> {
-    /// A frame from `from`.
-    Frame {
-        /// The sending rank.
-        from: Rank,
-        /// The frame's bytes.
-        bytes: &'a [u8],
-    },
-    /// A message longer than any frame of this communicator arrived from `from` and was
-    /// discarded.
-    Oversized {
-        /// The sending rank.
-        from: Rank,
-        /// Its length.
-        len: usize,
-    },
-}
 
 /// Counters of what the transport did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,24 +122,9 @@ impl MpiTransport {
         })
     }
 
-    /// This rank.
-    pub fn rank(&self) -> Rank {
-        self.me
-    }
-
-    /// The communicator's size.
-    pub fn size(&self) -> u32 {
-        self.n
-    }
-
     /// What the transport did so far.
     pub fn stats(&self) -> TransportStats {
         self.stats
-    }
-
-    /// Sends pending in MPI.
-    pub fn pending_sends(&self) -> usize {
-        self.pending.len()
     }
 
     /// Starts sending `frame` to `to`. A peer that died is not an error (the frame is
@@ -303,7 +269,7 @@ impl MpiTransport {
         let mut acked: c_int = 0;
         // SAFETY: a valid communicator; MPI writes the count.
         check("MPIX_Comm_ack_failed", unsafe {
-            ulfm::MPIX_Comm_ack_failed(self.comm.as_raw(), self.n as c_int, &mut acked)
+            crate::ulfm::MPIX_Comm_ack_failed(self.comm.as_raw(), self.n as c_int, &mut acked)
         })?;
         self.stats.failure_acks += 1;
         Ok(())
@@ -312,6 +278,29 @@ impl MpiTransport {
     #[cfg(not(feature = "ulfm"))]
     fn ack_failures(&mut self) -> Result<(), MpiError> {
         Ok(())
+    }
+}
+
+impl Transport for MpiTransport {
+    type Error = MpiError;
+
+    fn rank(&self) -> Rank {
+        self.me
+    }
+    fn size(&self) -> u32 {
+        self.n
+    }
+    fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MpiError> {
+        MpiTransport::send(self, to, frame)
+    }
+    fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
+        MpiTransport::try_recv(self)
+    }
+    fn progress(&mut self) -> Result<(), MpiError> {
+        MpiTransport::progress(self)
+    }
+    fn pending_sends(&self) -> usize {
+        self.pending.len()
     }
 }
 
@@ -327,22 +316,6 @@ impl Drop for MpiTransport {
     }
 }
 
-/// Open MPI's ULFM extension (`mpi-ext.h`, which the `mpi` crate does not bind).
-#[cfg(feature = "ulfm")]
-mod ulfm {
-    use super::{c_int, ffi};
-
-    extern "C" {
-        /// Acknowledges up to `num_to_ack` failed processes of `comm`; writes how many
-        /// are acknowledged in all.
-        pub fn MPIX_Comm_ack_failed(
-            comm: ffi::MPI_Comm,
-            num_to_ack: c_int,
-            num_acked: *mut c_int,
-        ) -> c_int;
-    }
-}
-
 /// Whether `code` says a peer process died (ULFM's error classes).
 fn is_process_failure(code: c_int) -> bool {
     if code == ffi::MPI_SUCCESS as c_int {
@@ -352,7 +325,7 @@ fn is_process_failure(code: c_int) -> bool {
     class == ffi::MPI_ERR_PROC_FAILED as c_int || class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int
 }
 
-fn error_class(code: c_int) -> c_int {
+pub(crate) fn error_class(code: c_int) -> c_int {
     let mut class: c_int = code;
     // SAFETY: MPI writes the class of any code.
     unsafe { ffi::MPI_Error_class(code, &mut class) };
@@ -372,7 +345,7 @@ fn error_string(code: c_int) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
+pub(crate) fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
     if code == ffi::MPI_SUCCESS as c_int {
         Ok(())
     } else {

@@ -211,3 +211,22 @@ fn broadcast_repairs_the_subtree_of_a_killed_inner_rank() {
         assert_eq!(line["G"], serde_json::json!([3]));
     }
 }
+
+#[test]
+fn bench_times_validate_global_beside_ulfm_agree() {
+    // A smoke run of the benchmark (the figures come from longer runs, see the README).
+    let lines = run(3, &["bench", "--reps", "5"]);
+    assert_eq!(ranks_of(&lines), [0, 1, 2]);
+    for line in &lines {
+        for op in ["barrier", "ulfm_agree", "validate_global"] {
+            let median = line["median_us"][op].as_f64().unwrap();
+            assert!(median > 0.0 && median.is_finite(), "{op}: {line}");
+        }
+        assert!(
+            line["ratio_to_ulfm_agree"]["validate_global"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+    }
+}

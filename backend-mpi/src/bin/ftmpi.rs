@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
-use backend_mpi::{Driver, MpiTransport};
+use backend_mpi::MpiTransport;
 use backend_sim::plan_file;
 use backend_sim::stack::payload;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -27,7 +27,7 @@ use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
 use ft_core::detector::DetectorConfig;
 use ft_core::node::NodeEvent;
 use ft_core::{Duration, Instant, Rank};
-use ft_runtime::Runtime;
+use ft_runtime::{Driver, Runtime, Transport};
 use mpi::collective::CommunicatorCollectives;
 use mpi::environment::Threading;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -54,6 +54,20 @@ enum Command {
         /// thread calls the blocking commands and watches the published view.
         #[arg(long)]
         threaded: bool,
+    },
+    /// Times, at every rank, `MPI_Barrier`, ULFM's `MPIX_Comm_agree` and this library's
+    /// `validate_global`, all failure-free and interleaved, `--reps` times each; prints
+    /// the medians and their ratios to `MPIX_Comm_agree`.
+    Bench {
+        /// Repetitions of each operation.
+        #[arg(long, default_value_t = 100)]
+        reps: u32,
+        /// The driver's idle sleep in microseconds (0: only yield the CPU, as MPI's
+        /// own progress loop does).
+        #[arg(long, default_value_t = 0)]
+        idle_us: u64,
+        #[command(flatten)]
+        common: Common,
     },
     /// The plan file's root broadcasts; every destination checks what it receives
     /// byte for byte.
@@ -119,6 +133,11 @@ fn main() -> ExitCode {
         Command::Validate { .. } => Err(format!(
             "this MPI offers {threading:?} threading; a progress thread needs Serialized"
         )),
+        Command::Bench {
+            reps,
+            idle_us,
+            common,
+        } => start(&world, common).and_then(|d| bench(&world, d, common, *reps, *idle_us)),
         Command::Broadcast { plan, common } => std::fs::read_to_string(plan)
             .map_err(|e| format!("cannot read {}: {e}", plan.display()))
             .and_then(|text| plan_file::parse(&text).map_err(|e| e.to_string()))
@@ -157,7 +176,7 @@ struct Finished {
 fn start(
     world: &mpi::topology::SimpleCommunicator,
     common: &Common,
-) -> Result<Driver<RankStack>, String> {
+) -> Result<Driver<RankStack, MpiTransport>, String> {
     let transport = MpiTransport::new(world).map_err(|e| e.to_string())?;
     let (me, n) = (transport.rank(), transport.size());
     if common.kill.is_some_and(|k| k >= n) {
@@ -198,7 +217,7 @@ fn die() -> ! {
 
 /// Runs one global validation to its end; returns `G`.
 fn validate_once(
-    driver: &mut Driver<RankStack>,
+    driver: &mut Driver<RankStack, MpiTransport>,
     limit: StdDuration,
 ) -> Result<(u32, Vec<Rank>), String> {
     let epoch = driver
@@ -242,7 +261,10 @@ fn stopped(event: &StackEvent) -> Option<String> {
 
 /// `ftmpi validate`: prints
 /// `{"rank", "n", "validations": [{"epoch", "G"}...], "L", "stats": {...}}`.
-fn validate(mut driver: Driver<RankStack>, common: &Common) -> Result<Finished, String> {
+fn validate(
+    mut driver: Driver<RankStack, MpiTransport>,
+    common: &Common,
+) -> Result<Finished, String> {
     let limit = StdDuration::from_secs(common.limit_s);
     if common.kill == Some(driver.transport().rank())
         && matches!(common.kill_on, Some(KillStep::Validate))
@@ -295,7 +317,7 @@ fn validate(mut driver: Driver<RankStack>, common: &Common) -> Result<Finished, 
 }
 
 /// Whether this rank knows a rank failed, or MPI reported a failure to it.
-fn saw_failure(driver: &Driver<RankStack>) -> bool {
+fn saw_failure(driver: &Driver<RankStack, MpiTransport>) -> bool {
     !driver.machine().node().view().known_failed().is_empty()
         || driver.transport().stats().failure_acks > 0
         || driver.transport().stats().dropped_to_failed > 0
@@ -357,7 +379,7 @@ fn validate_threaded(
 /// outputs released at this rank, `verified` says each is byte-identical to the root's,
 /// and `G` is the agreed failed set of the closing global validation.
 fn broadcast(
-    mut driver: Driver<RankStack>,
+    mut driver: Driver<RankStack, MpiTransport>,
     spec: PlanSpec,
     common: &Common,
 ) -> Result<Finished, String> {
@@ -448,7 +470,58 @@ fn broadcast(
     })
 }
 
-fn stats(driver: &Driver<RankStack>) -> Value {
+/// `ftmpi bench`: prints `{"rank", "n", "reps", "idle_us", "median_us": {"barrier",
+/// "ulfm_agree", "validate_global"}, "ratio_to_ulfm_agree": {"barrier",
+/// "validate_global"}}`. Each repetition starts from a barrier on another communicator,
+/// so the three operations are timed from a common start.
+fn bench(
+    world: &SimpleCommunicator,
+    mut driver: Driver<RankStack, MpiTransport>,
+    common: &Common,
+    reps: u32,
+    idle_us: u64,
+) -> Result<Finished, String> {
+    let limit = StdDuration::from_secs(common.limit_s);
+    driver.set_idle_sleep(StdDuration::from_micros(idle_us));
+    let comm = world.duplicate();
+    let mut times: [Vec<f64>; 3] = Default::default();
+    let micros = |since: WallInstant| since.elapsed().as_secs_f64() * 1e6;
+    for _ in 0..reps {
+        world.barrier();
+        let since = WallInstant::now();
+        comm.barrier();
+        times[0].push(micros(since));
+
+        world.barrier();
+        let since = WallInstant::now();
+        backend_mpi::ulfm::agree(&comm, 1).map_err(|e| e.to_string())?;
+        times[1].push(micros(since));
+
+        world.barrier();
+        let since = WallInstant::now();
+        validate_once(&mut driver, limit)?;
+        times[2].push(micros(since));
+    }
+    let [barrier, agree, ours] = times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
+    });
+    let line = json!({
+        "rank": driver.transport().rank(),
+        "n": driver.transport().size(),
+        "reps": reps,
+        "idle_us": idle_us,
+        "median_us": {"barrier": barrier, "ulfm_agree": agree, "validate_global": ours},
+        "ratio_to_ulfm_agree": {"barrier": barrier / agree, "validate_global": ours / agree},
+    })
+    .to_string();
+    Ok(Finished {
+        line,
+        saw_failure: saw_failure(&driver),
+    })
+}
+
+fn stats(driver: &Driver<RankStack, MpiTransport>) -> Value {
     let t = driver.transport().stats();
     let d = driver.stats();
     json!({

@@ -1,5 +1,5 @@
-//! [`Driver`]: the backend loop of [`ft_core::machine`] for one rank, over an
-//! [`MpiTransport`] and the wall clock.
+//! [`Driver`]: the backend loop of [`ft_core::machine`] for one rank, over any
+//! [`Transport`] (MPI, libfabric) and the wall clock.
 //!
 //! One [`Driver::pump`] receives every frame that has arrived (handing each to the
 //! machine), fires the machine's timer if it is due, sends every frame the machine
@@ -19,20 +19,20 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
 use ft_core::{wire, Instant, Protocol};
-use ft_runtime::Engine;
 
-use crate::transport::{MpiError, MpiTransport, Received};
+use crate::runtime::Engine;
+use crate::transport::{Received, Transport};
 
-/// The longest a [`Driver::run_until`] sleeps when idle: a frame that arrives while
-/// the rank sleeps waits at most this long.
+/// The longest a [`Driver::run_until`] sleeps when idle, by default: a frame that
+/// arrives while the rank sleeps waits at most this long ([`Driver::set_idle_sleep`]).
 pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
 
 /// Why a [`Driver::run_until`] stopped without its condition.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum DriverError {
-    /// The transport failed (an MPI error other than a dead peer).
-    Mpi(MpiError),
+pub enum DriverError<E> {
+    /// The transport failed (not because of a dead peer: that is a dropped frame).
+    Transport(E),
     /// The condition did not hold by the deadline.
     TimedOut {
         /// What was awaited.
@@ -42,10 +42,10 @@ pub enum DriverError {
     },
 }
 
-impl fmt::Display for DriverError {
+impl<E: fmt::Display> fmt::Display for DriverError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DriverError::Mpi(e) => e.fmt(f),
+            DriverError::Transport(e) => e.fmt(f),
             DriverError::TimedOut { what, waited } => {
                 write!(f, "timed out after {waited:?} waiting for {what}")
             }
@@ -53,15 +53,9 @@ impl fmt::Display for DriverError {
     }
 }
 
-impl std::error::Error for DriverError {}
+impl<E: fmt::Debug + fmt::Display> std::error::Error for DriverError<E> {}
 
-impl From<MpiError> for DriverError {
-    fn from(e: MpiError) -> Self {
-        DriverError::Mpi(e)
-    }
-}
-
-/// Counters of what the driver saw, beside [`crate::TransportStats`].
+/// Counters of what the driver saw (the transport keeps its own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriverStats {
     /// Frames the machine rejected (malformed, from a rank it knows dead, ...).
@@ -72,20 +66,21 @@ pub struct DriverStats {
     pub timeouts: u64,
 }
 
-/// One rank's machine `P` driven over MPI: see the [module docs](self).
-pub struct Driver<P: Protocol> {
+/// One rank's machine `P` driven over the transport `T`: see the [module docs](self).
+pub struct Driver<P: Protocol, T: Transport> {
     machine: P,
-    transport: MpiTransport,
+    transport: T,
     origin: WallInstant,
     buf: Vec<u8>,
     events: VecDeque<(Instant, P::Event)>,
     stats: DriverStats,
+    idle_sleep: StdDuration,
 }
 
-impl<P: Protocol> fmt::Debug for Driver<P> {
+impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Driver")
-            .field("transport", &self.transport)
+            .field("rank", &self.transport.rank())
             .field("now", &self.now())
             .field("events", &self.events.len())
             .field("stats", &self.stats)
@@ -93,11 +88,11 @@ impl<P: Protocol> fmt::Debug for Driver<P> {
     }
 }
 
-impl<P: Protocol> Driver<P> {
+impl<P: Protocol, T: Transport> Driver<P, T> {
     /// Drives `machine` over `transport`; the machine's clock reads
     /// `origin.elapsed()` (the origin the machine was created at, as
     /// [`Instant::ZERO`]).
-    pub fn new(machine: P, transport: MpiTransport, origin: WallInstant) -> Self {
+    pub fn new(machine: P, transport: T, origin: WallInstant) -> Self {
         let n = transport.size();
         Driver {
             machine,
@@ -106,7 +101,14 @@ impl<P: Protocol> Driver<P> {
             buf: vec![0; wire::frame_capacity(n)],
             events: VecDeque::new(),
             stats: DriverStats::default(),
+            idle_sleep: IDLE_SLEEP,
         }
+    }
+
+    /// The longest an idle loop sleeps ([`IDLE_SLEEP`] by default). Zero makes it only
+    /// yield the CPU: lowest latency, one core busy per rank.
+    pub fn set_idle_sleep(&mut self, nap: StdDuration) {
+        self.idle_sleep = nap;
     }
 
     /// The machine's clock now.
@@ -121,7 +123,7 @@ impl<P: Protocol> Driver<P> {
     }
 
     /// The transport.
-    pub fn transport(&self) -> &MpiTransport {
+    pub fn transport(&self) -> &T {
         &self.transport
     }
 
@@ -132,7 +134,7 @@ impl<P: Protocol> Driver<P> {
 
     /// Runs an application command (`validate_global`, `start_broadcast`, ...) on the
     /// machine at the current time, then sends what it produced.
-    pub fn command<R>(&mut self, f: impl FnOnce(&mut P, Instant) -> R) -> Result<R, MpiError> {
+    pub fn command<R>(&mut self, f: impl FnOnce(&mut P, Instant) -> R) -> Result<R, T::Error> {
         let now = self.now();
         let result = f(&mut self.machine, now);
         self.flush(now)?;
@@ -146,7 +148,7 @@ impl<P: Protocol> Driver<P> {
 
     /// One round of the backend loop; returns whether it received a frame or fired a
     /// timer (if not, the caller may sleep).
-    pub fn pump(&mut self) -> Result<bool, MpiError> {
+    pub fn pump(&mut self) -> Result<bool, T::Error> {
         let mut busy = false;
         let now = self.now();
         loop {
@@ -178,15 +180,15 @@ impl<P: Protocol> Driver<P> {
 
     /// Pumps until `done` (asked after every pump, with the machine and the events
     /// collected so far) returns a value, or `limit` passes.
-    pub fn run_until<T>(
+    pub fn run_until<V>(
         &mut self,
         what: &str,
         limit: StdDuration,
-        mut done: impl FnMut(&P, &mut VecDeque<(Instant, P::Event)>) -> Option<T>,
-    ) -> Result<T, DriverError> {
+        mut done: impl FnMut(&P, &mut VecDeque<(Instant, P::Event)>) -> Option<V>,
+    ) -> Result<V, DriverError<T::Error>> {
         let start = WallInstant::now();
         loop {
-            let busy = self.pump()?;
+            let busy = self.pump().map_err(DriverError::Transport)?;
             if let Some(value) = done(&self.machine, &mut self.events) {
                 return Ok(value);
             }
@@ -205,7 +207,7 @@ impl<P: Protocol> Driver<P> {
 
     /// Pumps for `span` (keeping the rank alive for its peers: heartbeats, late
     /// requests), then waits up to `span` more for its own sends to complete.
-    pub fn run_for(&mut self, span: StdDuration) -> Result<(), MpiError> {
+    pub fn run_for(&mut self, span: StdDuration) -> Result<(), T::Error> {
         let end = WallInstant::now() + span;
         while WallInstant::now() < end {
             if !self.pump()? {
@@ -215,24 +217,27 @@ impl<P: Protocol> Driver<P> {
         let end = WallInstant::now() + span;
         while self.transport.pending_sends() > 0 && WallInstant::now() < end {
             self.transport.progress()?;
-            std::thread::sleep(IDLE_SLEEP);
+            self.sleep_idle();
         }
         Ok(())
     }
 
-    /// Sleeps until the machine's next deadline, at most [`IDLE_SLEEP`].
+    /// Sleeps until the machine's next deadline, at most the idle sleep
+    /// ([`Driver::set_idle_sleep`]); only yields the CPU if that is zero.
     pub fn sleep_idle(&self) {
         let now = self.now();
-        let until_timer = self.machine.poll_timeout().map_or(IDLE_SLEEP, |t| {
+        let until_timer = self.machine.poll_timeout().map_or(self.idle_sleep, |t| {
             StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos()))
         });
-        let nap = until_timer.min(IDLE_SLEEP);
-        if !nap.is_zero() {
+        let nap = until_timer.min(self.idle_sleep);
+        if nap.is_zero() {
+            std::thread::yield_now();
+        } else {
             std::thread::sleep(nap);
         }
     }
 
-    fn flush(&mut self, now: Instant) -> Result<(), MpiError> {
+    fn flush(&mut self, now: Instant) -> Result<(), T::Error> {
         while let Some(tx) = self.machine.poll_transmit(now, &mut self.buf) {
             self.transport.send(tx.to, &self.buf[..tx.len])?;
         }
@@ -243,18 +248,18 @@ impl<P: Protocol> Driver<P> {
     }
 }
 
-/// A driven stack is an engine for [`ft_runtime::Runtime`]: the progress thread runs
-/// this very loop.
-impl Engine for Driver<RankStack> {
-    type Error = MpiError;
+/// A driven stack is an engine for [`crate::Runtime`]: the progress thread runs this
+/// very loop.
+impl<T: Transport> Engine for Driver<RankStack, T> {
+    type Error = T::Error;
 
     fn stack(&self) -> &RankStack {
         self.machine()
     }
-    fn command(&mut self, f: &mut dyn FnMut(&mut RankStack, Instant)) -> Result<(), MpiError> {
+    fn command(&mut self, f: &mut dyn FnMut(&mut RankStack, Instant)) -> Result<(), T::Error> {
         Driver::command(self, |stack, now| f(stack, now))
     }
-    fn pump(&mut self) -> Result<bool, MpiError> {
+    fn pump(&mut self) -> Result<bool, T::Error> {
         Driver::pump(self)
     }
     fn next_event(&mut self) -> Option<StackEvent> {
@@ -263,7 +268,7 @@ impl Engine for Driver<RankStack> {
     fn sleep_idle(&mut self) {
         Driver::sleep_idle(self);
     }
-    fn linger(&mut self, span: StdDuration) -> Result<(), MpiError> {
+    fn linger(&mut self, span: StdDuration) -> Result<(), T::Error> {
         self.run_for(span)
     }
 }

@@ -1,0 +1,34 @@
+//! Open MPI's ULFM extension (`mpi-ext.h`, which the `mpi` crate does not bind): the
+//! failure acknowledgement the transport needs, and `MPIX_Comm_agree`, which the
+//! agreement benchmark (`ftmpi bench`) puts beside this library's `validate_global`.
+
+use std::os::raw::c_int;
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+
+use crate::transport::{check, MpiError};
+
+extern "C" {
+    /// Acknowledges up to `num_to_ack` failed processes of `comm`; writes how many are
+    /// acknowledged in all.
+    pub(crate) fn MPIX_Comm_ack_failed(
+        comm: ffi::MPI_Comm,
+        num_to_ack: c_int,
+        num_acked: *mut c_int,
+    ) -> c_int;
+
+    /// Fault-tolerant agreement on the bitwise AND of `flag` over the live processes.
+    fn MPIX_Comm_agree(comm: ffi::MPI_Comm, flag: *mut c_int) -> c_int;
+}
+
+/// ULFM's agreement over `comm`: the bitwise AND of every live process's `flag`.
+pub fn agree(comm: &SimpleCommunicator, flag: i32) -> Result<i32, MpiError> {
+    let mut flag: c_int = flag;
+    // SAFETY: a valid communicator; MPI reads and writes the flag.
+    check("MPIX_Comm_agree", unsafe {
+        MPIX_Comm_agree(comm.as_raw(), &mut flag)
+    })?;
+    Ok(flag)
+}

@@ -1,0 +1,49 @@
+//! [`Transport`]: what a backend's network gives the [`crate::Driver`]: frames to and
+//! from the ranks of one communicator, with dead peers as dropped frames, never errors.
+
+use std::fmt;
+
+use ft_core::Rank;
+
+/// What one receive attempt found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received<'a> {
+    /// A frame from `from`.
+    Frame {
+        /// The sending rank.
+        from: Rank,
+        /// The frame's bytes.
+        bytes: &'a [u8],
+    },
+    /// A message longer than any frame of this communicator arrived from `from` and was
+    /// discarded.
+    Oversized {
+        /// The sending rank.
+        from: Rank,
+        /// Its length.
+        len: usize,
+    },
+}
+
+/// Frames between the ranks of one communicator.
+///
+/// Contract: `send` copies the frame (the caller's buffer is reused at once) and
+/// treats a dead peer as a dropped frame, not an error; the protocol learns of deaths
+/// from its own detector. An error is a failure of the transport itself, and ends the
+/// rank's loop.
+pub trait Transport {
+    /// A failure of the transport itself.
+    type Error: fmt::Display;
+    /// This rank.
+    fn rank(&self) -> Rank;
+    /// The communicator's size.
+    fn size(&self) -> u32;
+    /// Starts sending `frame` to `to` (below [`Transport::size`]).
+    fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), Self::Error>;
+    /// Receives one frame if one has arrived.
+    fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error>;
+    /// Completes finished sends (freeing their buffers).
+    fn progress(&mut self) -> Result<(), Self::Error>;
+    /// Sends not completed yet.
+    fn pending_sends(&self) -> usize;
+}
