@@ -213,6 +213,33 @@ fn broadcast_repairs_the_subtree_of_a_killed_inner_rank() {
 }
 
 #[test]
+fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
+    // ft_runtime::Runtime: start_broadcast at the root, wait_outputs elsewhere, then
+    // validate_local and validate_global. Rank 3 dies at the start, before or just
+    // after its activation; rank 5 below it must still be served.
+    let lines = run(
+        8,
+        &[
+            "broadcast",
+            "plans/mpi-8.json",
+            "--threaded",
+            "--kill",
+            "3",
+            "--kill-at-ms",
+            "0",
+        ],
+    );
+    assert_eq!(ranks_of(&lines), [0, 1, 2, 4, 5, 6, 7]);
+    assert_served(&lines);
+    for line in &lines {
+        assert_eq!(line["threaded"], true);
+        assert_eq!(line["G"], serde_json::json!([3]));
+    }
+    // Rank 5 could only be served after the death was known, so it validated it.
+    assert_eq!(lines[4]["validate_local"]["num_failed"], 1);
+}
+
+#[test]
 fn bench_times_validate_global_beside_ulfm_agree() {
     // A smoke run of the benchmark (the figures come from longer runs, see the README).
     let lines = run(3, &["bench", "--reps", "5"]);

@@ -76,6 +76,10 @@ enum Command {
         plan: PathBuf,
         #[command(flatten)]
         common: Common,
+        /// Drive the stack on a progress thread (`ft_runtime::Runtime`): the main thread
+        /// starts the broadcast and blocks in `wait_outputs` (no `--kill-on`).
+        #[arg(long)]
+        threaded: bool,
     },
 }
 
@@ -138,12 +142,19 @@ fn main() -> ExitCode {
             idle_us,
             common,
         } => start(&world, common).and_then(|d| bench(&world, d, common, *reps, *idle_us)),
-        Command::Broadcast { plan, common } => std::fs::read_to_string(plan)
+        Command::Broadcast {
+            plan,
+            common,
+            threaded,
+        } => std::fs::read_to_string(plan)
             .map_err(|e| format!("cannot read {}: {e}", plan.display()))
             .and_then(|text| plan_file::parse(&text).map_err(|e| e.to_string()))
             .and_then(|spec| {
-                let driver = start(&world, common)?;
-                broadcast(driver, spec, common)
+                if *threaded {
+                    broadcast_threaded(&world, spec, common)
+                } else {
+                    broadcast(start(&world, common)?, spec, common)
+                }
             }),
     };
     match result {
@@ -519,6 +530,78 @@ fn bench(
         line,
         saw_failure: saw_failure(&driver),
     })
+}
+
+/// `ftmpi broadcast --threaded`: the flow of [`broadcast`] through a [`Runtime`]
+/// (`start_broadcast`, `wait_outputs`, then `validate_local` and `validate_global` as
+/// the closing barrier). Prints the same line, with `"threaded": true` and the counts
+/// of `validate_local` instead of transport counters.
+fn broadcast_threaded(
+    world: &SimpleCommunicator,
+    spec: PlanSpec,
+    common: &Common,
+) -> Result<Finished, String> {
+    if common.kill_on.is_some() {
+        return Err("--kill-on needs the single-threaded loop; use --kill-at-ms".into());
+    }
+    let (me, n) = (world.rank() as Rank, world.size() as u32);
+    if spec.ranks != n {
+        return Err(format!(
+            "the plan is for {} ranks, the job has {n}",
+            spec.ranks
+        ));
+    }
+    const TASK: u32 = 0;
+    let settings = common.clone();
+    let runtime = Runtime::spawn(move || start(&SimpleCommunicator::world(), &settings))
+        .map_err(|e| e.to_string())?;
+    let needs: OutputSet = (0..spec.outputs.len() as u32)
+        .filter(|&j| me != spec.root && spec.outputs[j as usize].dests.contains(&me))
+        .collect();
+    let sizes: Vec<u64> = spec.outputs.iter().map(|o| o.bytes).collect();
+    let names: Vec<String> = spec.outputs.iter().map(|o| o.name.clone()).collect();
+    if me == spec.root {
+        let payloads = (0..sizes.len())
+            .map(|j| payload(TASK, j as u32, sizes[j]))
+            .collect();
+        runtime
+            .start_broadcast(TASK, spec, payloads)
+            .map_err(|e| e.to_string())?;
+    }
+    let data = if needs.is_empty() {
+        Vec::new()
+    } else {
+        runtime
+            .wait_outputs(TASK, needs.clone())
+            .map_err(|e| e.to_string())?
+    };
+    let verified = data.len() == needs.len()
+        && data
+            .iter()
+            .all(|(j, bytes)| *bytes == payload(TASK, *j, sizes[*j as usize]));
+    let counts = runtime.validate_local().map_err(|e| e.to_string())?;
+    let (_, g) = runtime.validate_global().map_err(|e| e.to_string())?;
+    let saw_failure = !g.is_empty() || counts.failed > 0;
+    runtime
+        .shutdown(StdDuration::from_millis(common.linger_ms))
+        .map_err(|e| e.to_string())?;
+    let named = |indices: &mut dyn Iterator<Item = u32>| {
+        indices
+            .map(|j| names[j as usize].clone())
+            .collect::<Vec<_>>()
+    };
+    let line = json!({
+        "rank": me,
+        "needs": named(&mut needs.iter()),
+        "received": named(&mut data.iter().map(|(j, _)| *j)),
+        "verified": verified,
+        "abandoned": false,
+        "G": g.iter().collect::<Vec<_>>(),
+        "validate_local": {"num_failed": counts.failed, "num_new": counts.new},
+        "threaded": true,
+    })
+    .to_string();
+    Ok(Finished { line, saw_failure })
 }
 
 fn stats(driver: &Driver<RankStack, MpiTransport>) -> Value {
