@@ -4,9 +4,11 @@
 //! One [`Driver::pump`] receives every frame that has arrived (handing each to the
 //! machine), fires the machine's timer if it is due, sends every frame the machine
 //! has, completes finished sends, and moves the machine's events to the driver's
-//! queue. [`Driver::run_until`] pumps until the caller's condition holds, sleeping
-//! briefly whenever a pump found nothing to do (so ranks oversubscribed on few cores
-//! leave each other the CPU, and heartbeats stay on time).
+//! queue. [`Driver::run_until`] pumps until the caller's condition holds. When a pump
+//! finds nothing to do, the loop spins (yielding the CPU) for a short window after the
+//! last frame or command, since an exchange in progress answers within microseconds,
+//! and past the window sleeps briefly, so idle ranks oversubscribed on few cores leave
+//! each other the CPU and heartbeats stay on time ([`Driver::set_idle`]).
 //!
 //! Invariants: the clock passed to the machine never goes back (it is one monotonic
 //! `std::time::Instant` origin per driver); after every public call that touched the
@@ -23,9 +25,13 @@ use ft_core::{wire, Instant, Protocol};
 use crate::runtime::Engine;
 use crate::transport::{Received, Transport};
 
-/// The longest a [`Driver::run_until`] sleeps when idle, by default: a frame that
-/// arrives while the rank sleeps waits at most this long ([`Driver::set_idle_sleep`]).
+/// The longest an idle loop sleeps, by default: a frame that arrives while the rank
+/// sleeps waits at most this long ([`Driver::set_idle`]).
 pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
+
+/// How long after its last frame or command an idle loop spins instead of sleeping,
+/// by default ([`Driver::set_idle`]).
+pub const IDLE_SPIN: StdDuration = StdDuration::from_micros(500);
 
 /// Why a [`Driver::run_until`] stopped without its condition.
 #[derive(Debug)]
@@ -75,6 +81,9 @@ pub struct Driver<P: Protocol, T: Transport> {
     events: VecDeque<(Instant, P::Event)>,
     stats: DriverStats,
     idle_sleep: StdDuration,
+    idle_spin: StdDuration,
+    /// The last frame received or command run.
+    last_activity: WallInstant,
 }
 
 impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
@@ -102,13 +111,18 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             events: VecDeque::new(),
             stats: DriverStats::default(),
             idle_sleep: IDLE_SLEEP,
+            idle_spin: IDLE_SPIN,
+            last_activity: WallInstant::now(),
         }
     }
 
-    /// The longest an idle loop sleeps ([`IDLE_SLEEP`] by default). Zero makes it only
-    /// yield the CPU: lowest latency, one core busy per rank.
-    pub fn set_idle_sleep(&mut self, nap: StdDuration) {
-        self.idle_sleep = nap;
+    /// How an idle loop waits: it spins (yielding the CPU) for `spin` after the last
+    /// frame or command, then sleeps at most `sleep` at a time ([`IDLE_SPIN`],
+    /// [`IDLE_SLEEP`] by default). A zero `sleep` always spins: lowest latency, one
+    /// core busy per rank.
+    pub fn set_idle(&mut self, spin: StdDuration, sleep: StdDuration) {
+        self.idle_spin = spin;
+        self.idle_sleep = sleep;
     }
 
     /// The machine's clock now.
@@ -137,6 +151,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     pub fn command<R>(&mut self, f: impl FnOnce(&mut P, Instant) -> R) -> Result<R, T::Error> {
         let now = self.now();
         let result = f(&mut self.machine, now);
+        self.last_activity = WallInstant::now();
         self.flush(now)?;
         Ok(result)
     }
@@ -146,8 +161,8 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         self.events.pop_front()
     }
 
-    /// One round of the backend loop; returns whether it received a frame or fired a
-    /// timer (if not, the caller may sleep).
+    /// One round of the backend loop; returns whether it received a frame (if not, the
+    /// caller may wait: [`Driver::sleep_idle`]). A due timer fires too.
     pub fn pump(&mut self) -> Result<bool, T::Error> {
         let mut busy = false;
         let now = self.now();
@@ -169,12 +184,14 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             self.flush(now)?;
         }
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {
-            busy = true;
             self.stats.timeouts += 1;
             self.machine.handle_timeout(now);
         }
         self.flush(now)?;
         self.transport.progress()?;
+        if busy {
+            self.last_activity = WallInstant::now();
+        }
         Ok(busy)
     }
 
@@ -222,9 +239,14 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         Ok(())
     }
 
-    /// Sleeps until the machine's next deadline, at most the idle sleep
-    /// ([`Driver::set_idle_sleep`]); only yields the CPU if that is zero.
+    /// Waits a little, a pump having found nothing to do: yields the CPU within the
+    /// spin window after the last activity, else sleeps until the machine's next
+    /// deadline, at most the idle sleep ([`Driver::set_idle`]).
     pub fn sleep_idle(&self) {
+        if self.idle_sleep.is_zero() || self.last_activity.elapsed() < self.idle_spin {
+            std::thread::yield_now();
+            return;
+        }
         let now = self.now();
         let until_timer = self.machine.poll_timeout().map_or(self.idle_sleep, |t| {
             StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos()))

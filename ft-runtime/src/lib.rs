@@ -23,7 +23,7 @@ pub mod driver;
 pub mod runtime;
 pub mod transport;
 
-pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP};
+pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use runtime::{Engine, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;
 pub use transport::{Received, Transport};
