@@ -1,6 +1,7 @@
 //! Real multi-process runs: `mpiexec` starts `ftmpi` on several ranks of this machine,
 //! and the fault tests kill one of them with `SIGKILL`. Every survivor prints one JSON
-//! line; the tests read them all.
+//! line; the tests read them all and check them as `ft_jobs::conformance` says (the
+//! scenarios every backend runs), plus a smoke run of the MPI-only benchmark.
 //!
 //! The MPI is the one the crate was built against: `mpiexec` is taken from `FT_MPIEXEC`,
 //! else from beside `MPICC`, else from `PATH`. Fault tests need Open MPI 5 with ULFM
@@ -13,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ft_jobs::conformance::{self, Scenario};
 use serde_json::Value;
 
 /// One `mpiexec` job at a time.
@@ -77,173 +79,59 @@ fn run(ranks: u32, args: &[&str]) -> Vec<Value> {
         "mpiexec {args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
-    let mut lines: Vec<Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
-        .collect();
-    lines.sort_by_key(|v| v["rank"].as_u64());
-    lines
+    ft_jobs::report::parse_lines(&stdout).unwrap_or_else(|e| panic!("{e}\nstdout:\n{stdout}"))
 }
 
-fn ranks_of(lines: &[Value]) -> Vec<u64> {
-    lines.iter().map(|v| v["rank"].as_u64().unwrap()).collect()
-}
-
-/// The `G` of every validation at every rank, checked identical across ranks.
-fn agreed(lines: &[Value]) -> Vec<Value> {
-    let first = lines[0]["validations"].as_array().unwrap().clone();
-    for line in lines {
-        assert_eq!(
-            line["validations"].as_array().unwrap(),
-            &first,
-            "ranks disagree: {line}"
-        );
-    }
-    first.iter().map(|v| v["G"].clone()).collect()
+/// Runs `scenario` on `mpiexec` and checks its survivors' lines.
+fn check(scenario: &Scenario) {
+    let lines = run(scenario.ranks, scenario.args);
+    scenario
+        .check(&lines)
+        .unwrap_or_else(|e| panic!("{e}\nlines: {lines:#?}"));
 }
 
 #[test]
 fn validate_global_without_failures() {
-    let lines = run(4, &["validate"]);
-    assert_eq!(ranks_of(&lines), [0, 1, 2, 3]);
-    assert_eq!(agreed(&lines), [serde_json::json!([])]);
-    for line in &lines {
-        assert_eq!(line["L"], serde_json::json!([]));
-        assert_eq!(line["stats"]["rejected"], 0);
-    }
+    check(&conformance::VALIDATE_WITHOUT_FAILURES);
 }
 
 #[test]
 fn validate_global_after_a_rank_is_killed() {
-    let lines = run(5, &["validate", "--kill", "2", "--kill-at-ms", "3"]);
-    assert_eq!(ranks_of(&lines), [0, 1, 3, 4], "rank 2 was killed");
-    let gs = agreed(&lines);
-    assert_eq!(gs.len(), 2);
-    // Rank 2 may die before or after the first validation; the second one is called
-    // once every survivor knows it dead, so it holds it.
-    assert!(gs[0] == serde_json::json!([]) || gs[0] == serde_json::json!([2]));
-    assert_eq!(gs[1], serde_json::json!([2]));
-    for line in &lines {
-        assert_eq!(line["L"], serde_json::json!([2]));
-    }
+    check(&conformance::VALIDATE_AFTER_A_KILL);
 }
 
 #[test]
 fn validate_global_on_a_progress_thread_after_a_rank_is_killed() {
-    // ft_runtime::Runtime: the progress thread drives the stack, the main thread blocks
-    // in validate_global and watches the published view for the death.
-    let lines = run(
-        5,
-        &["validate", "--threaded", "--kill", "2", "--kill-at-ms", "3"],
-    );
-    assert_eq!(ranks_of(&lines), [0, 1, 3, 4]);
-    let gs = agreed(&lines);
-    assert_eq!(gs.len(), 2);
-    assert_eq!(gs[1], serde_json::json!([2]));
-    for line in &lines {
-        assert_eq!(line["threaded"], true);
-        assert_eq!(line["L"], serde_json::json!([2]));
-    }
+    check(&conformance::VALIDATE_THREADED_AFTER_A_KILL);
 }
 
 #[test]
 fn validate_global_when_the_coordinator_dies_in_the_call() {
-    let lines = run(5, &["validate", "--kill", "0", "--kill-on", "validate"]);
-    assert_eq!(ranks_of(&lines), [1, 2, 3, 4]);
-    // Rank 0 died before sending anything of the first validation: the survivors can
-    // only finish it by detecting that, so both agreed sets hold it.
-    assert_eq!(
-        agreed(&lines),
-        [serde_json::json!([0]), serde_json::json!([0])]
-    );
-}
-
-/// Every destination received exactly what it needs, byte for byte.
-fn assert_served(lines: &[Value]) {
-    for line in lines {
-        assert_eq!(line["received"], line["needs"], "rank {}", line["rank"]);
-        assert_eq!(line["verified"], true, "rank {}", line["rank"]);
-        assert_eq!(line["abandoned"], false, "rank {}", line["rank"]);
-    }
+    check(&conformance::VALIDATE_WHEN_THE_COORDINATOR_DIES);
 }
 
 #[test]
 fn broadcast_issue_624_shapes_under_every_strategy() {
-    for plan in [
-        "plans/issue624.json",
-        "plans/issue624-mirror.json",
-        "plans/issue624-merged.json",
-    ] {
-        let lines = run(3, &["broadcast", plan]);
-        assert_eq!(ranks_of(&lines), [0, 1, 2], "{plan}");
-        assert_served(&lines);
-        let needs: usize = lines
-            .iter()
-            .map(|l| l["needs"].as_array().unwrap().len())
-            .sum();
-        assert_eq!(needs, 3, "{plan}: A to two ranks, B to one");
+    for scenario in &conformance::BROADCAST_ISSUE_624 {
+        check(scenario);
     }
 }
 
 #[test]
 fn broadcast_repairs_the_subtree_of_a_killed_inner_rank() {
-    // Per-class binomial trees of plans/mpi-8.json: 0 -> 1, 3, 7 and 3 -> 5 for {A, C};
-    // 0 -> 2, 4 and 4 -> 6 for {A, B}. Rank 3 dies as soon as it is activated, before
-    // it forwards anything: rank 5 must be adopted and served by the root.
-    let lines = run(
-        8,
-        &[
-            "broadcast",
-            "plans/mpi-8.json",
-            "--kill",
-            "3",
-            "--kill-on",
-            "activation",
-        ],
-    );
-    assert_eq!(ranks_of(&lines), [0, 1, 2, 4, 5, 6, 7]);
-    assert_served(&lines);
-    let five = &lines[4];
-    assert_eq!(five["rank"], 5);
-    assert_eq!(five["received"], serde_json::json!(["A", "C"]));
-    for line in &lines {
-        assert_eq!(line["G"], serde_json::json!([3]));
-    }
+    check(&conformance::BROADCAST_REPAIR);
 }
 
 #[test]
 fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
-    // ft_runtime::Runtime: start_broadcast at the root, wait_outputs elsewhere, then
-    // validate_local and validate_global. Rank 3 dies at the start, before or just
-    // after its activation; rank 5 below it must still be served.
-    let lines = run(
-        8,
-        &[
-            "broadcast",
-            "plans/mpi-8.json",
-            "--threaded",
-            "--kill",
-            "3",
-            "--kill-at-ms",
-            "0",
-        ],
-    );
-    assert_eq!(ranks_of(&lines), [0, 1, 2, 4, 5, 6, 7]);
-    assert_served(&lines);
-    for line in &lines {
-        assert_eq!(line["threaded"], true);
-        assert_eq!(line["G"], serde_json::json!([3]));
-    }
-    // Rank 5 could only be served after the death was known, so it validated it.
-    assert_eq!(lines[4]["validate_local"]["num_failed"], 1);
+    check(&conformance::BROADCAST_THREADED_REPAIR);
 }
 
 #[test]
 fn bench_times_validate_global_beside_ulfm_agree() {
     // A smoke run of the benchmark (the figures come from longer runs, see the README).
     let lines = run(3, &["bench", "--reps", "5"]);
-    assert_eq!(ranks_of(&lines), [0, 1, 2]);
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 2]);
     for line in &lines {
         for op in ["barrier", "ulfm_agree", "validate_global"] {
             let median = line["median_us"][op].as_f64().unwrap();

@@ -14,15 +14,24 @@
 //! Kills are real: the chosen rank sends itself `SIGKILL` ([`die`]), either
 //! `--kill-at-ms` after the common start or at a protocol step (`--kill-on`).
 //!
+//! [`report`] reads the lines back and checks them (agreement, exact delivery), and
+//! [`conformance`] lists the fault scenarios every backend's tests run, with their
+//! checks.
+//!
 //! A backend supplies a [`Launch`]: its rank, its size, and how to open its transport
 //! once every rank has started (the common start: a barrier, a rendezvous). A
 //! [`Launch`] is cloned onto the progress thread, which opens its own transport there
 //! (an MPI communicator handle may not cross threads).
 
+pub mod conformance;
+pub mod report;
+
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
-use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
 use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
 use ft_core::detector::DetectorConfig;
 use ft_core::node::NodeEvent;
@@ -91,6 +100,74 @@ pub enum KillStep {
     Activation,
     /// When the first global validation starts, before the rank sends any of it.
     Validate,
+}
+
+/// The jobs, as subcommands of a backend's CLI (`ftmpi`, `ftofi`).
+#[derive(Subcommand, Clone, Debug)]
+pub enum JobCommand {
+    /// Every rank runs `validate_global`; with a kill, the survivors validate again
+    /// once they know the dead rank, and must agree on it.
+    Validate {
+        /// The job's options.
+        #[command(flatten)]
+        job: JobArgs,
+        /// Drive the stack on a progress thread (`ft_runtime::Runtime`) while the main
+        /// thread calls the blocking commands and watches the published view.
+        #[arg(long)]
+        threaded: bool,
+    },
+    /// The plan file's root broadcasts; every destination checks what it receives
+    /// byte for byte.
+    Broadcast {
+        /// A plan file (DESIGN.md's contract; `ranks` must be the job's size).
+        plan: PathBuf,
+        /// The job's options.
+        #[command(flatten)]
+        job: JobArgs,
+        /// Drive the stack on a progress thread (`ft_runtime::Runtime`): the main thread
+        /// starts the broadcast and blocks in `wait_outputs` (no `--kill-on`).
+        #[arg(long)]
+        threaded: bool,
+    },
+}
+
+impl JobCommand {
+    /// The options of the job.
+    pub fn args(&self) -> &JobArgs {
+        match self {
+            JobCommand::Validate { job, .. } | JobCommand::Broadcast { job, .. } => job,
+        }
+    }
+
+    /// Whether the job runs the stack on a progress thread (the backend must allow
+    /// calls from a second thread).
+    pub fn threaded(&self) -> bool {
+        match self {
+            JobCommand::Validate { threaded, .. } | JobCommand::Broadcast { threaded, .. } => {
+                *threaded
+            }
+        }
+    }
+
+    /// Runs the job at the rank `launch` opens.
+    pub fn run<L: Launch>(&self, launch: &L) -> Result<Finished, String> {
+        match self {
+            JobCommand::Validate { job, threaded } if *threaded => validate_threaded(launch, job),
+            JobCommand::Validate { job, .. } => validate(start(launch, job)?, job),
+            JobCommand::Broadcast {
+                plan,
+                job,
+                threaded,
+            } => {
+                let spec = read_plan(plan)?;
+                if *threaded {
+                    broadcast_threaded(launch, spec, job)
+                } else {
+                    broadcast(start(launch, job)?, spec, job)
+                }
+            }
+        }
+    }
 }
 
 /// What a rank prints, and whether it saw a rank fail.

@@ -13,13 +13,12 @@
 //! common start (a barrier) or at a protocol step (`--kill-on`). `ftmpi bench` is this
 //! backend's own: it times `validate_global` against ULFM's `MPIX_Comm_agree`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
-use ft_jobs::{Finished, JobArgs, Launch, RankDriver};
+use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
 use mpi::collective::CommunicatorCollectives;
 use mpi::environment::Threading;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -37,16 +36,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Every rank runs `validate_global`; with a kill, the survivors validate again
-    /// once they know the dead rank, and must agree on it.
-    Validate {
-        #[command(flatten)]
-        job: JobArgs,
-        /// Drive the stack on a progress thread (`ft_runtime::Runtime`) while the main
-        /// thread calls the blocking commands and watches the published view.
-        #[arg(long)]
-        threaded: bool,
-    },
+    #[command(flatten)]
+    Job(JobCommand),
     /// Times, at every rank, `MPI_Barrier`, ULFM's `MPIX_Comm_agree` and this library's
     /// `validate_global`, all failure-free and interleaved, `--reps` times each; prints
     /// the medians and their ratios to `MPIX_Comm_agree`.
@@ -65,18 +56,6 @@ enum Command {
         #[command(flatten)]
         job: JobArgs,
     },
-    /// The plan file's root broadcasts; every destination checks what it receives
-    /// byte for byte.
-    Broadcast {
-        /// A plan file (DESIGN.md's contract; `ranks` must be the job's size).
-        plan: PathBuf,
-        #[command(flatten)]
-        job: JobArgs,
-        /// Drive the stack on a progress thread (`ft_runtime::Runtime`): the main thread
-        /// starts the broadcast and blocks in `wait_outputs` (no `--kill-on`).
-        #[arg(long)]
-        threaded: bool,
-    },
 }
 
 fn main() -> ExitCode {
@@ -87,22 +66,11 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let launch = MpiLaunch::world();
-    let threads_ok = || {
-        (threading >= Threading::Serialized)
-            .then_some(())
-            .ok_or(format!(
-                "this MPI offers {threading:?} threading; a progress thread needs Serialized"
-            ))
-    };
     let result = match &cli.command {
-        Command::Validate {
-            job,
-            threaded: false,
-        } => ft_jobs::start(&launch, job).and_then(|d| ft_jobs::validate(d, job)),
-        Command::Validate {
-            job,
-            threaded: true,
-        } => threads_ok().and_then(|()| ft_jobs::validate_threaded(&launch, job)),
+        Command::Job(job) if job.threaded() && threading < Threading::Serialized => Err(format!(
+            "this MPI offers {threading:?} threading; a progress thread needs Serialized"
+        )),
+        Command::Job(job) => job.run(&launch),
         Command::Bench {
             reps,
             idle_us,
@@ -114,17 +82,6 @@ fn main() -> ExitCode {
                 StdDuration::from_micros(*idle_us),
             );
             bench(&universe.world(), driver, job, *reps)
-        }),
-        Command::Broadcast {
-            plan,
-            job,
-            threaded,
-        } => ft_jobs::read_plan(plan).and_then(|spec| {
-            if *threaded {
-                threads_ok().and_then(|()| ft_jobs::broadcast_threaded(&launch, spec, job))
-            } else {
-                ft_jobs::broadcast(ft_jobs::start(&launch, job)?, spec, job)
-            }
         }),
     };
     match result {

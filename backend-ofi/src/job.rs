@@ -1,0 +1,59 @@
+//! `ft-jobs`' face of this backend: [`OfiLaunch`] opens an [`OfiTransport`] whose
+//! rendezvous (every rank's endpoint name in one directory) is the common start.
+
+use std::path::PathBuf;
+
+use ft_core::{wire, Rank};
+use ft_jobs::{JobTransport, Launch};
+
+use crate::{OfiConfig, OfiTransport};
+
+/// Where the ranks of a one-machine job listen.
+const LOOPBACK: &str = "127.0.0.1";
+
+/// A rank of an `ftofi` job.
+#[derive(Clone, Debug)]
+pub struct OfiLaunch {
+    config: OfiConfig,
+}
+
+impl OfiLaunch {
+    /// Rank `rank` of `size` on this machine (endpoints on loopback), meeting the
+    /// others in `rendezvous`, on `provider`; frames up to the stack's largest
+    /// ([`wire::frame_capacity`]).
+    pub fn new(rank: Rank, size: u32, rendezvous: PathBuf, provider: String) -> Self {
+        let mut config = OfiConfig::new(rank, size, rendezvous);
+        config.provider = provider;
+        config.address = Some(LOOPBACK.to_owned());
+        config.max_frame = wire::frame_capacity(size);
+        OfiLaunch { config }
+    }
+}
+
+impl Launch for OfiLaunch {
+    type Transport = OfiTransport;
+    fn rank(&self) -> Rank {
+        self.config.rank
+    }
+    fn size(&self) -> u32 {
+        self.config.size
+    }
+    fn connect(&self) -> Result<OfiTransport, String> {
+        OfiTransport::open(self.config.clone()).map_err(|e| e.to_string())
+    }
+}
+
+impl JobTransport for OfiTransport {
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        vec![
+            ("frames_sent", s.sent),
+            ("frames_received", s.received),
+            ("send_errors", s.send_errors),
+            ("oversized", s.oversized),
+        ]
+    }
+    fn saw_failure(&self) -> bool {
+        self.stats().send_errors > 0
+    }
+}

@@ -1,0 +1,1126 @@
+//! [`OfiTransport`]: frames between the ranks of one job over a libfabric reliable
+//! datagram (`FI_EP_RDM`) endpoint, with the failure semantics the protocol machines
+//! expect.
+//!
+//! One transport owns one fabric, domain, address vector (`FI_AV_TABLE`), completion
+//! queue (`FI_CQ_FORMAT_DATA`) and endpoint; nothing is shared with other transports,
+//! so several can live in one process (the tests run one per thread).
+//!
+//! - **start-up** ([`OfiTransport::open`]): every rank writes its endpoint name to
+//!   `<rendezvous>/rank-<i>.addr` (a temporary file renamed into place, so a reader
+//!   never sees half a name), waits until all `size` names exist, and inserts them in
+//!   rank order, so rank `i` is `peers[i]`. The directory must be fresh for every job:
+//!   a name left over from an earlier run is read as if it were current;
+//! - **send** copies the frame into a boxed buffer and posts it with `fi_senddata`, the
+//!   remote CQ data carrying the sender's rank (the receiver cannot learn it otherwise:
+//!   receives are posted for any source). A post refused with `-FI_EAGAIN` (the provider
+//!   is out of send slots, or still connecting, as `tcp;ofi_rxm` is until both sides
+//!   progress) parks the frame in a per-destination backlog that
+//!   [`OfiTransport::progress`] retries first-in first-out, so one unreachable peer holds
+//!   up no other;
+//! - **dead peers**: a send that fails, at once or in an error completion, is dropped
+//!   and counted. So is a frame refused for longer than [`OfiConfig::stall_timeout`]
+//!   (`tcp;ofi_rxm` answers every send to a peer it cannot reach with `-FI_EAGAIN`,
+//!   forever), and a posted send with no completion for that long stops counting as
+//!   pending (its buffer stays, in case the provider still reads it). The protocol
+//!   learns of deaths from its own detector, and every frame it sends to a rank it will
+//!   find dead is one it no longer needs delivered; none of this is an error;
+//! - **receive**: `recv_depth` buffers of `max_frame` bytes are posted for any source. A
+//!   completion names its buffer; [`OfiTransport::try_recv`] lends the frame out of it
+//!   and posts the buffer again at the next call that takes `&mut self`. A message longer
+//!   than `max_frame` completes with `FI_ETRUNC` and is reported as
+//!   [`Received::Oversized`]; one whose CQ data is not a rank of the job is dropped and
+//!   counted. Receive completions found while polling for send completions wait in a
+//!   queue, in completion order, for `try_recv`.
+//!
+//! For `ofi_rxm` the transport turns off dynamic receive buffers
+//! (`FI_OFI_RXM_ENABLE_DYN_RBUF=0`, unless the environment sets it): with them, libfabric
+//! 1.17 reports a truncated message without its length or sender and breaks the
+//! connection it came on.
+//!
+//! Invariants:
+//!
+//! - every buffer handed to libfabric (a posted send or receive) stays alive, unmoved
+//!   (boxed), until its completion is read or the endpoint is closed; `Drop` closes the
+//!   endpoint before any buffer is freed;
+//! - an operation's context is not a pointer but a key, `(slot << 2) | kind`, the kind
+//!   saying send (slot in the send slab) or receive (slot in the receive pool), so a
+//!   completion finds its buffer without trusting memory libfabric hands back;
+//! - frames to one destination are posted in the order they were sent; whether they are
+//!   delivered in that order is the provider's business (`FI_ORDER_SAS` is not
+//!   requested), and receivers must not rely on it.
+
+use std::collections::VecDeque;
+use std::ffi::{c_void, CStr, CString};
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use ft_core::Rank;
+use ft_runtime::{Received, Transport};
+
+use crate::sys;
+
+/// The provider used unless the configuration names another.
+pub const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
+/// The largest frame received unless the configuration says otherwise.
+pub const DEFAULT_MAX_FRAME: usize = 64 * 1024;
+/// Receive buffers posted unless the configuration says otherwise.
+pub const DEFAULT_RECV_DEPTH: usize = 64;
+
+/// `fi_addr_t` of "any source" (`FI_ADDR_UNSPEC`, a cast bindgen cannot translate).
+const FI_ADDR_UNSPEC: sys::fi_addr_t = u64::MAX;
+/// Context kind of a posted send.
+const SEND: usize = 1;
+/// Context kind of a posted receive.
+const RECV: usize = 2;
+/// Completions read per `fi_cq_read`.
+const CQ_BATCH: usize = 16;
+/// How often [`OfiTransport::progress`] looks for stalled posted sends.
+const STALL_SCAN: Duration = Duration::from_millis(100);
+/// How often the rendezvous looks for the names still missing.
+const RENDEZVOUS_POLL: Duration = Duration::from_millis(5);
+
+/// How to open an [`OfiTransport`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfiConfig {
+    /// This rank.
+    pub rank: Rank,
+    /// Ranks in the job.
+    pub size: u32,
+    /// The libfabric provider, as `fi_info -l` names it (`tcp;ofi_rxm`, `sockets`, ...).
+    pub provider: String,
+    /// The local address the endpoint binds to (`fi_getinfo`'s node with `FI_SOURCE`),
+    /// e.g. `127.0.0.1` for a job on one machine; `None` takes the provider's first
+    /// interface, which is what ranks on several hosts need.
+    pub address: Option<String>,
+    /// A directory every rank of the job can read and write, fresh for this job.
+    pub rendezvous: PathBuf,
+    /// The longest frame received; longer ones arrive as [`Received::Oversized`].
+    pub max_frame: usize,
+    /// Receive buffers kept posted.
+    pub recv_depth: usize,
+    /// How long [`OfiTransport::open`] waits for the other ranks' names.
+    pub connect_timeout: Duration,
+    /// How long a frame may wait for the provider to accept it, or a posted send for
+    /// its completion, before it is given up (its peer taken for dead).
+    pub stall_timeout: Duration,
+}
+
+impl OfiConfig {
+    /// Rank `rank` of `size`, meeting the others in `rendezvous`, with the defaults:
+    /// [`DEFAULT_PROVIDER`], [`DEFAULT_MAX_FRAME`], [`DEFAULT_RECV_DEPTH`], 30 s to
+    /// connect, 10 s before a stalled send is given up.
+    pub fn new(rank: Rank, size: u32, rendezvous: impl Into<PathBuf>) -> Self {
+        OfiConfig {
+            rank,
+            size,
+            provider: DEFAULT_PROVIDER.to_owned(),
+            address: None,
+            rendezvous: rendezvous.into(),
+            max_frame: DEFAULT_MAX_FRAME,
+            recv_depth: DEFAULT_RECV_DEPTH,
+            connect_timeout: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the transport failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OfiError {
+    /// A libfabric call returned an error code.
+    Call {
+        /// The libfabric function.
+        call: &'static str,
+        /// Its error code, positive (`FI_E*`).
+        code: i32,
+        /// `fi_strerror` of the code.
+        message: String,
+    },
+    /// No provider by this name offers reliable datagram message endpoints here.
+    ProviderNotFound {
+        /// The provider asked for.
+        provider: String,
+    },
+    /// The configuration cannot work (API misuse).
+    InvalidConfig {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A send named a rank outside the job (API misuse).
+    RankOutOfRange {
+        /// The rank named.
+        rank: Rank,
+        /// Ranks in the job.
+        size: u32,
+    },
+    /// A frame is longer than the provider can send in one message (API misuse).
+    FrameTooLong {
+        /// The frame's length.
+        len: usize,
+        /// The provider's limit.
+        max: usize,
+    },
+    /// Reading or writing the rendezvous directory failed.
+    Rendezvous {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        source: io::Error,
+    },
+    /// Some ranks did not publish their names before the connect timeout.
+    RendezvousTimeout {
+        /// The ranks still missing.
+        missing: Vec<Rank>,
+        /// How long the transport waited.
+        waited: Duration,
+    },
+    /// A rank's published name is not an address of this provider.
+    BadAddress {
+        /// The rank.
+        rank: Rank,
+    },
+}
+
+impl fmt::Display for OfiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OfiError::Call {
+                call,
+                code,
+                message,
+            } => write!(f, "{call} failed: {message} (-{code})"),
+            OfiError::ProviderNotFound { provider } => write!(
+                f,
+                "libfabric provider {provider:?} offers no reliable datagram (FI_EP_RDM) \
+                 message endpoint here (`fi_info -l` lists the providers)"
+            ),
+            OfiError::InvalidConfig { reason } => write!(f, "invalid configuration: {reason}"),
+            OfiError::RankOutOfRange { rank, size } => {
+                write!(f, "rank {rank} is outside a job of {size} ranks")
+            }
+            OfiError::FrameTooLong { len, max } => write!(
+                f,
+                "a frame of {len} bytes is longer than the provider's {max}-byte messages"
+            ),
+            OfiError::Rendezvous { path, source } => {
+                write!(f, "rendezvous at {}: {source}", path.display())
+            }
+            OfiError::RendezvousTimeout { missing, waited } => write!(
+                f,
+                "ranks {missing:?} published no endpoint name within {:.1} s",
+                waited.as_secs_f64()
+            ),
+            OfiError::BadAddress { rank } => {
+                write!(f, "rank {rank}'s endpoint name is not an address")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OfiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OfiError::Rendezvous { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Counters of what the transport did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OfiStats {
+    /// Frames handed to the provider.
+    pub sent: u64,
+    /// Frames received (handed out by `try_recv`).
+    pub received: u64,
+    /// Sends dropped because the provider refused or failed them (a dead peer).
+    pub send_errors: u64,
+    /// Frames dropped after waiting [`OfiConfig::stall_timeout`] in the backlog.
+    pub send_stalled: u64,
+    /// Posted sends given up after [`OfiConfig::stall_timeout`] without a completion.
+    pub send_abandoned: u64,
+    /// Messages longer than `max_frame`, reported as [`Received::Oversized`].
+    pub oversized: u64,
+    /// Messages dropped because their CQ data named no rank of the job.
+    pub bad_sender: u64,
+    /// Receives that completed with an error other than truncation (dropped).
+    pub recv_errors: u64,
+    /// Posts refused with `-FI_EAGAIN` (and retried later).
+    pub eagain_retries: u64,
+}
+
+/// A posted send: its buffer, until its completion (or the endpoint's close).
+struct InFlight {
+    bytes: Box<[u8]>,
+    posted: Instant,
+    /// No completion within the stall timeout: no longer counted as pending (the
+    /// provider may still read the buffer, so it stays).
+    abandoned: bool,
+}
+
+/// A frame the provider has not accepted yet.
+struct Parked {
+    bytes: Box<[u8]>,
+    since: Instant,
+}
+
+/// What a receive completion left for `try_recv`.
+#[derive(Clone, Copy, Debug)]
+enum Arrival {
+    /// A frame of `len` bytes from `from` in receive buffer `slot`.
+    Frame { slot: usize, from: Rank, len: usize },
+    /// A truncated message (its buffer is already posted again).
+    Oversized { from: Rank, len: usize },
+}
+
+/// What posting a send did.
+enum Posted {
+    Yes,
+    /// `-FI_EAGAIN`: the frame comes back to be retried.
+    Again(Box<[u8]>),
+    /// The provider refused it for a peer's sake: dropped.
+    Dropped,
+}
+
+/// Frames between the ranks of one job over libfabric: see the [module docs](self).
+pub struct OfiTransport {
+    me: Rank,
+    n: u32,
+    max_frame: usize,
+    max_msg: usize,
+    stall_timeout: Duration,
+    info: *mut sys::fi_info,
+    fabric: *mut sys::fid_fabric,
+    domain: *mut sys::fid_domain,
+    av: *mut sys::fid_av,
+    cq: *mut sys::fid_cq,
+    ep: *mut sys::fid_ep,
+    /// `peers[i]` is rank `i`'s address.
+    peers: Vec<sys::fi_addr_t>,
+    /// Posted sends by slot; `None` is a free slot.
+    in_flight: Vec<Option<InFlight>>,
+    free_send_slots: Vec<usize>,
+    /// Posted sends neither completed nor abandoned.
+    in_flight_count: usize,
+    /// When posted sends were last checked for stalls.
+    last_stall_scan: Instant,
+    /// Frames refused with `-FI_EAGAIN`, by destination, oldest first.
+    backlog: Vec<VecDeque<Parked>>,
+    backlog_count: usize,
+    recv_bufs: Vec<Box<[u8]>>,
+    /// Receive buffers to post again (completed, or refused with `-FI_EAGAIN`).
+    unposted: Vec<usize>,
+    /// The buffer the last frame `try_recv` returned was lent from.
+    lent: Option<usize>,
+    arrived: VecDeque<Arrival>,
+    stats: OfiStats,
+}
+
+// SAFETY: the transport owns its libfabric objects outright (no other handle to them
+// exists), and the domain is opened with FI_THREAD_DOMAIN, which only asks that calls on
+// it be serialized: `&mut self` on every call that touches them guarantees that, on
+// whichever thread the transport lives.
+unsafe impl Send for OfiTransport {}
+
+impl fmt::Debug for OfiTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OfiTransport")
+            .field("me", &self.me)
+            .field("n", &self.n)
+            .field("pending_sends", &self.pending())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl OfiTransport {
+    /// Opens an endpoint on `config.provider` and meets the other ranks through
+    /// `config.rendezvous` (every rank of the job must call it; it returns once all
+    /// their names are known, or fails after `config.connect_timeout`).
+    pub fn open(config: OfiConfig) -> Result<Self, OfiError> {
+        validate(&config)?;
+        let provider =
+            CString::new(config.provider.clone()).map_err(|_| OfiError::InvalidConfig {
+                reason: "the provider name contains a NUL byte".into(),
+            })?;
+        let address = config
+            .address
+            .as_deref()
+            .map(CString::new)
+            .transpose()
+            .map_err(|_| OfiError::InvalidConfig {
+                reason: "the address contains a NUL byte".into(),
+            })?;
+        let info = get_info(&provider, &config.provider, address.as_deref())?;
+        let mut transport = OfiTransport {
+            me: config.rank,
+            n: config.size,
+            max_frame: config.max_frame,
+            max_msg: usize::MAX,
+            stall_timeout: config.stall_timeout,
+            info,
+            fabric: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            av: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            ep: ptr::null_mut(),
+            peers: Vec::with_capacity(config.size as usize),
+            in_flight: Vec::new(),
+            free_send_slots: Vec::new(),
+            in_flight_count: 0,
+            last_stall_scan: Instant::now(),
+            backlog: (0..config.size).map(|_| VecDeque::new()).collect(),
+            backlog_count: 0,
+            recv_bufs: (0..config.recv_depth)
+                .map(|_| vec![0u8; config.max_frame].into_boxed_slice())
+                .collect(),
+            unposted: (0..config.recv_depth).rev().collect(),
+            lent: None,
+            arrived: VecDeque::new(),
+            stats: OfiStats::default(),
+        };
+        // On any error below, dropping `transport` closes what was opened.
+        transport.open_objects(config.size)?;
+        transport.post_receives()?;
+        let name = transport.endpoint_name()?;
+        let names = exchange_names(&config, &name)?;
+        for (rank, name) in names.iter().enumerate() {
+            let addr = transport.insert_address(rank as Rank, name)?;
+            transport.peers.push(addr);
+        }
+        Ok(transport)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+
+    /// Ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.n
+    }
+
+    /// What the transport did so far.
+    pub fn stats(&self) -> OfiStats {
+        self.stats
+    }
+
+    /// The provider actually opened (`fi_info`'s `prov_name`, e.g. `tcp;ofi_rxm`).
+    pub fn provider(&self) -> String {
+        // SAFETY: `info` is the fi_info fi_getinfo returned, alive until drop; its
+        // fabric_attr and prov_name, when set, are NUL-terminated strings it owns.
+        unsafe {
+            let attr = (*self.info).fabric_attr;
+            if attr.is_null() || (*attr).prov_name.is_null() {
+                return String::new();
+            }
+            CStr::from_ptr((*attr).prov_name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+
+    /// Starts sending `frame` to `to` (any rank of the job, this one included). A peer
+    /// that died is not an error: the frame is dropped and counted.
+    pub fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), OfiError> {
+        if to >= self.n {
+            return Err(OfiError::RankOutOfRange {
+                rank: to,
+                size: self.n,
+            });
+        }
+        if frame.len() > self.max_msg {
+            return Err(OfiError::FrameTooLong {
+                len: frame.len(),
+                max: self.max_msg,
+            });
+        }
+        self.return_lent();
+        let bytes: Box<[u8]> = frame.into();
+        let queue = to as usize;
+        if !self.backlog[queue].is_empty() {
+            // Behind earlier frames to the same peer, to keep the posting order.
+            self.park(queue, bytes, Instant::now());
+            return self.flush_backlog(queue);
+        }
+        match self.post_send(to, bytes)? {
+            Posted::Yes | Posted::Dropped => Ok(()),
+            Posted::Again(bytes) => {
+                self.park(queue, bytes, Instant::now());
+                // Connection set-up (tcp;ofi_rxm) moves only when the CQ is polled.
+                self.poll_cq()
+            }
+        }
+    }
+
+    /// Receives one frame if one has arrived. The frame borrows a receive buffer, which
+    /// is posted again at the next call.
+    pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, OfiError> {
+        self.return_lent();
+        self.post_receives()?;
+        if self.arrived.is_empty() {
+            self.poll_cq()?;
+            self.post_receives()?;
+        }
+        match self.arrived.pop_front() {
+            None => Ok(None),
+            Some(Arrival::Oversized { from, len }) => Ok(Some(Received::Oversized { from, len })),
+            Some(Arrival::Frame { slot, from, len }) => {
+                self.lent = Some(slot);
+                self.stats.received += 1;
+                Ok(Some(Received::Frame {
+                    from,
+                    bytes: &self.recv_bufs[slot][..len],
+                }))
+            }
+        }
+    }
+
+    /// Reads completions (freeing finished sends' buffers, queueing arrived frames),
+    /// posts receive buffers again, and retries the backlog (dropping frames stalled
+    /// past [`OfiConfig::stall_timeout`]).
+    pub fn progress(&mut self) -> Result<(), OfiError> {
+        self.return_lent();
+        self.poll_cq()?;
+        self.post_receives()?;
+        if self.backlog_count > 0 {
+            for queue in 0..self.backlog.len() {
+                self.flush_backlog(queue)?;
+            }
+        }
+        self.abandon_stalled_sends();
+        Ok(())
+    }
+
+    /// Sends neither completed nor given up: posted and waiting for their completion,
+    /// or refused with `-FI_EAGAIN` and waiting to be posted, for at most
+    /// [`OfiConfig::stall_timeout`] (then dropped, or no longer waited for).
+    pub fn pending_sends(&self) -> usize {
+        self.pending()
+    }
+
+    fn pending(&self) -> usize {
+        self.in_flight_count + self.backlog_count
+    }
+
+    fn park(&mut self, queue: usize, bytes: Box<[u8]>, since: Instant) {
+        self.backlog[queue].push_back(Parked { bytes, since });
+        self.backlog_count += 1;
+    }
+
+    /// Posts the frames parked for `queue` until the provider refuses one; drops those
+    /// it refused for longer than the stall timeout.
+    fn flush_backlog(&mut self, queue: usize) -> Result<(), OfiError> {
+        while let Some(parked) = self.backlog[queue].pop_front() {
+            self.backlog_count -= 1;
+            match self.post_send(queue as Rank, parked.bytes)? {
+                Posted::Yes | Posted::Dropped => {}
+                Posted::Again(bytes) => {
+                    if parked.since.elapsed() >= self.stall_timeout {
+                        self.stats.send_stalled += 1;
+                        continue;
+                    }
+                    self.backlog[queue].push_front(Parked {
+                        bytes,
+                        since: parked.since,
+                    });
+                    self.backlog_count += 1;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts one frame to `to`, its buffer kept in the send slab until its completion.
+    fn post_send(&mut self, to: Rank, bytes: Box<[u8]>) -> Result<Posted, OfiError> {
+        let slot = match self.free_send_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                self.in_flight.push(None);
+                self.in_flight.len() - 1
+            }
+        };
+        let buf = bytes.as_ptr().cast::<c_void>();
+        let len = bytes.len();
+        // The box moves into the slab; its heap bytes, which libfabric reads, do not.
+        self.in_flight[slot] = Some(InFlight {
+            bytes,
+            posted: Instant::now(),
+            abandoned: false,
+        });
+        // SAFETY: `ep` is our enabled endpoint; `buf` is `len` readable bytes owned by
+        // the slab entry `slot`, which stays put until the completion for the context
+        // key (or the endpoint's close); no descriptor is needed (no FI_MR_LOCAL).
+        let ret = unsafe {
+            sys::fi_senddata(
+                self.ep,
+                buf,
+                len,
+                ptr::null_mut(),
+                u64::from(self.me),
+                self.peers[to as usize],
+                context(slot, SEND),
+            )
+        };
+        if ret == 0 {
+            self.in_flight_count += 1;
+            self.stats.sent += 1;
+            return Ok(Posted::Yes);
+        }
+        let bytes = self.in_flight[slot]
+            .take()
+            .expect("the frame just stored")
+            .bytes;
+        self.free_send_slots.push(slot);
+        let code = error_code(ret);
+        if code == sys::FI_EAGAIN as i32 {
+            self.stats.eagain_retries += 1;
+            Ok(Posted::Again(bytes))
+        } else if is_peer_failure(code) {
+            self.stats.send_errors += 1;
+            Ok(Posted::Dropped)
+        } else {
+            Err(call_error("fi_senddata", code))
+        }
+    }
+
+    /// Marks the buffer of the last frame handed out for posting again.
+    fn return_lent(&mut self) {
+        if let Some(slot) = self.lent.take() {
+            self.unposted.push(slot);
+        }
+    }
+
+    /// Posts every receive buffer not posted, until the provider refuses one.
+    fn post_receives(&mut self) -> Result<(), OfiError> {
+        while let Some(&slot) = self.unposted.last() {
+            let buf = &mut self.recv_bufs[slot];
+            // SAFETY: `ep` is our endpoint; the buffer is `max_frame` writable bytes,
+            // boxed in `recv_bufs` (which never grows or shrinks after open), not lent
+            // out and not posted, and stays untouched until its completion is read or
+            // the endpoint closes.
+            let ret = unsafe {
+                sys::fi_recv(
+                    self.ep,
+                    buf.as_mut_ptr().cast::<c_void>(),
+                    buf.len(),
+                    ptr::null_mut(),
+                    FI_ADDR_UNSPEC,
+                    context(slot, RECV),
+                )
+            };
+            if ret == 0 {
+                self.unposted.pop();
+                continue;
+            }
+            let code = error_code(ret);
+            if code == sys::FI_EAGAIN as i32 {
+                return Ok(());
+            }
+            return Err(call_error("fi_recv", code));
+        }
+        Ok(())
+    }
+
+    /// Reads the completion queue until it is empty.
+    fn poll_cq(&mut self) -> Result<(), OfiError> {
+        let mut entries = [sys::fi_cq_data_entry::default(); CQ_BATCH];
+        loop {
+            // SAFETY: `cq` is our CQ, opened with FI_CQ_FORMAT_DATA, so each entry is
+            // an fi_cq_data_entry; the array holds CQ_BATCH of them.
+            let ret = unsafe {
+                sys::fi_cq_read(self.cq, entries.as_mut_ptr().cast::<c_void>(), CQ_BATCH)
+            };
+            if ret > 0 {
+                for entry in &entries[..ret as usize] {
+                    self.on_completion(entry);
+                }
+                continue;
+            }
+            let code = error_code(ret);
+            if ret == 0 || code == sys::FI_EAGAIN as i32 {
+                return Ok(());
+            }
+            if code != sys::FI_EAVAIL as i32 {
+                return Err(call_error("fi_cq_read", code));
+            }
+            let mut err = sys::fi_cq_err_entry::default();
+            // SAFETY: `cq` is our CQ; `err` is a zeroed entry whose err_data_size of 0
+            // lets the provider point err_data at its own storage.
+            let ret = unsafe { sys::fi_cq_readerr(self.cq, &mut err, 0) };
+            if ret == 1 {
+                self.on_error_completion(&err);
+            } else if ret < 0 && error_code(ret) != sys::FI_EAGAIN as i32 {
+                return Err(call_error("fi_cq_readerr", error_code(ret)));
+            } else {
+                // Announced but not there (yet): the next poll reads it.
+                return Ok(());
+            }
+        }
+    }
+
+    fn on_completion(&mut self, entry: &sys::fi_cq_data_entry) {
+        match key(entry.op_context) {
+            (slot, SEND) => {
+                self.finish_send(slot);
+            }
+            (slot, RECV) if slot < self.recv_bufs.len() => {
+                let from = self.sender(entry.data);
+                match from {
+                    Some(from) => self.arrived.push_back(Arrival::Frame {
+                        slot,
+                        from,
+                        len: entry.len.min(self.max_frame),
+                    }),
+                    None => {
+                        self.stats.bad_sender += 1;
+                        self.unposted.push(slot);
+                    }
+                }
+            }
+            // Not a key of ours: nothing to free.
+            _ => {}
+        }
+    }
+
+    fn on_error_completion(&mut self, err: &sys::fi_cq_err_entry) {
+        match key(err.op_context) {
+            (slot, SEND) => {
+                // An abandoned send was counted already.
+                let counted = self.finish_send(slot);
+                self.stats.send_errors += u64::from(counted);
+            }
+            (slot, RECV) if slot < self.recv_bufs.len() => {
+                self.unposted.push(slot);
+                if err.err != sys::FI_ETRUNC as i32 {
+                    self.stats.recv_errors += 1;
+                    return;
+                }
+                match self.sender(err.data) {
+                    Some(from) => {
+                        self.stats.oversized += 1;
+                        // `len` is the bytes placed and `olen` the rest, as the
+                        // spec says, or (ofi_rxm) `len` is the whole message.
+                        let len = if err.len > self.max_frame {
+                            err.len
+                        } else {
+                            err.len.saturating_add(err.olen)
+                        };
+                        self.arrived.push_back(Arrival::Oversized { from, len });
+                    }
+                    None => self.stats.bad_sender += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Frees a completed send's buffer; whether it was still counted as pending (not
+    /// abandoned, and `slot` held a send at all).
+    fn finish_send(&mut self, slot: usize) -> bool {
+        match self.in_flight.get_mut(slot).and_then(Option::take) {
+            Some(send) => {
+                self.free_send_slots.push(slot);
+                if !send.abandoned {
+                    self.in_flight_count -= 1;
+                }
+                !send.abandoned
+            }
+            None => false,
+        }
+    }
+
+    /// Stops counting posted sends that saw no completion for the stall timeout
+    /// (`tcp;ofi_rxm` may never complete a send whose connection broke). Their buffers
+    /// stay until a completion comes or the endpoint closes.
+    fn abandon_stalled_sends(&mut self) {
+        if self.in_flight_count == 0 || self.last_stall_scan.elapsed() < STALL_SCAN {
+            return;
+        }
+        self.last_stall_scan = Instant::now();
+        for send in self.in_flight.iter_mut().flatten() {
+            if !send.abandoned && send.posted.elapsed() >= self.stall_timeout {
+                send.abandoned = true;
+                self.in_flight_count -= 1;
+                self.stats.send_abandoned += 1;
+            }
+        }
+    }
+
+    /// The rank a receive completion's CQ data names, if it names one. Every rank
+    /// sends with CQ data, so the data is not required to come with its
+    /// `FI_REMOTE_CQ_DATA` flag, which `sockets` (1.17) leaves off some completions.
+    fn sender(&self, data: u64) -> Option<Rank> {
+        Rank::try_from(data).ok().filter(|&rank| rank < self.n)
+    }
+
+    /// Opens fabric, domain, AV, CQ and endpoint, binds them and enables the endpoint.
+    fn open_objects(&mut self, size: u32) -> Result<(), OfiError> {
+        // SAFETY: `info` is a valid fi_info from fi_getinfo; each call writes the new
+        // object's handle into a field of ours, which `Drop` closes (in reverse order)
+        // if it is non-null; the attribute structs live across the calls that read them.
+        unsafe {
+            let info = self.info;
+            self.max_msg = (*(*info).ep_attr).max_msg_size;
+            check(
+                "fi_fabric",
+                sys::fi_fabric((*info).fabric_attr, &mut self.fabric, ptr::null_mut()),
+            )?;
+            check(
+                "fi_domain",
+                sys::fi_domain(self.fabric, info, &mut self.domain, ptr::null_mut()),
+            )?;
+            let mut av_attr = sys::fi_av_attr {
+                type_: sys::fi_av_type_FI_AV_TABLE,
+                count: size as usize,
+                ..Default::default()
+            };
+            check(
+                "fi_av_open",
+                sys::fi_av_open(self.domain, &mut av_attr, &mut self.av, ptr::null_mut()),
+            )?;
+            let mut cq_attr = sys::fi_cq_attr {
+                format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
+                wait_obj: sys::fi_wait_obj_FI_WAIT_NONE,
+                ..Default::default()
+            };
+            check(
+                "fi_cq_open",
+                sys::fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, ptr::null_mut()),
+            )?;
+            check(
+                "fi_endpoint",
+                sys::fi_endpoint(self.domain, info, &mut self.ep, ptr::null_mut()),
+            )?;
+            check(
+                "fi_ep_bind(av)",
+                sys::fi_ep_bind(self.ep, &mut (*self.av).fid, 0),
+            )?;
+            check(
+                "fi_ep_bind(cq)",
+                sys::fi_ep_bind(
+                    self.ep,
+                    &mut (*self.cq).fid,
+                    u64::from(sys::FI_TRANSMIT | sys::FI_RECV),
+                ),
+            )?;
+            check("fi_enable", sys::fi_enable(self.ep))?;
+        }
+        Ok(())
+    }
+
+    /// This endpoint's name (its address, in the provider's format).
+    fn endpoint_name(&mut self) -> Result<Vec<u8>, OfiError> {
+        let mut name = vec![0u8; 64];
+        loop {
+            let mut len = name.len();
+            // SAFETY: `ep` is our enabled endpoint; libfabric writes at most `len` bytes
+            // into `name` and the name's real length into `len`.
+            let ret = unsafe {
+                sys::fi_getname(
+                    &mut (*self.ep).fid,
+                    name.as_mut_ptr().cast::<c_void>(),
+                    &mut len,
+                )
+            };
+            if ret == 0 {
+                name.truncate(len);
+                return Ok(name);
+            }
+            let code = error_code(ret as isize);
+            if code != sys::FI_ETOOSMALL as i32 || len <= name.len() {
+                return Err(call_error("fi_getname", code));
+            }
+            name.resize(len, 0);
+        }
+    }
+
+    fn insert_address(&mut self, rank: Rank, name: &[u8]) -> Result<sys::fi_addr_t, OfiError> {
+        let mut addr: sys::fi_addr_t = FI_ADDR_UNSPEC;
+        // SAFETY: `av` is our AV; `name` is one address of the provider's format (as
+        // another rank's fi_getname wrote it), and libfabric writes one fi_addr_t.
+        let ret = unsafe {
+            sys::fi_av_insert(
+                self.av,
+                name.as_ptr().cast::<c_void>(),
+                1,
+                &mut addr,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        match ret {
+            1 => Ok(addr),
+            0 => Err(OfiError::BadAddress { rank }),
+            _ => Err(call_error("fi_av_insert", error_code(ret as isize))),
+        }
+    }
+}
+
+impl Transport for OfiTransport {
+    type Error = OfiError;
+
+    fn rank(&self) -> Rank {
+        self.me
+    }
+    fn size(&self) -> u32 {
+        self.n
+    }
+    fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), OfiError> {
+        OfiTransport::send(self, to, frame)
+    }
+    fn try_recv(&mut self) -> Result<Option<Received<'_>>, OfiError> {
+        OfiTransport::try_recv(self)
+    }
+    fn progress(&mut self) -> Result<(), OfiError> {
+        OfiTransport::progress(self)
+    }
+    fn pending_sends(&self) -> usize {
+        self.pending()
+    }
+}
+
+impl Drop for OfiTransport {
+    fn drop(&mut self) {
+        // Endpoint first: after its close libfabric touches no buffer of ours, and the
+        // buffers (fields) are freed only after this body. Then every object before the
+        // ones it was opened from or bound to.
+        // SAFETY: each pointer is null or an object we opened and have not closed; each
+        // starts with its `struct fid`, which fi_close takes.
+        unsafe {
+            if !self.ep.is_null() {
+                sys::fi_close(&raw mut (*self.ep).fid);
+            }
+            if !self.cq.is_null() {
+                sys::fi_close(&raw mut (*self.cq).fid);
+            }
+            if !self.av.is_null() {
+                sys::fi_close(&raw mut (*self.av).fid);
+            }
+            if !self.domain.is_null() {
+                sys::fi_close(&raw mut (*self.domain).fid);
+            }
+            if !self.fabric.is_null() {
+                sys::fi_close(&raw mut (*self.fabric).fid);
+            }
+            if !self.info.is_null() {
+                sys::fi_freeinfo(self.info);
+            }
+        }
+    }
+}
+
+fn validate(config: &OfiConfig) -> Result<(), OfiError> {
+    let reason = if config.size == 0 {
+        "a job has at least one rank".to_owned()
+    } else if config.rank >= config.size {
+        format!("rank {} outside a job of {}", config.rank, config.size)
+    } else if config.max_frame == 0 {
+        "max_frame must be positive".to_owned()
+    } else if config.recv_depth == 0 {
+        "recv_depth must be positive".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(OfiError::InvalidConfig { reason })
+}
+
+/// Turns off `ofi_rxm`'s dynamic receive buffers (received data placed straight into
+/// the application's buffer by the `tcp` provider) unless the environment already
+/// decides: in libfabric 1.17 a message longer than its receive buffer then completes
+/// with `FI_ETRUNC` but no length or CQ data, and breaks the connection, so later sends
+/// to that rank fail. With rxm's own bounce buffers a truncated message is reported
+/// whole and the connection lives on. libfabric reads the variable when its providers
+/// load, at the process's first `fi_getinfo`.
+fn configure_rxm_once() {
+    static ONCE: Once = Once::new();
+    const VAR: &str = "FI_OFI_RXM_ENABLE_DYN_RBUF";
+    ONCE.call_once(|| {
+        if std::env::var_os(VAR).is_none() {
+            // Every fi_getinfo of this crate runs after this (the Once blocks them).
+            std::env::set_var(VAR, "0");
+        }
+    });
+}
+
+/// The first `fi_info` of `provider` (`name` for messages) for an RDM endpoint bound to
+/// `address` if one is given.
+fn get_info(
+    provider: &CStr,
+    name: &str,
+    address: Option<&CStr>,
+) -> Result<*mut sys::fi_info, OfiError> {
+    configure_rxm_once();
+    // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs
+    // allocated (or null); the provider name is a malloc'd copy that fi_freeinfo frees
+    // with the hints; fi_getinfo reads the hints and writes the list it allocates.
+    unsafe {
+        let hints = sys::fi_allocinfo();
+        if hints.is_null() {
+            return Err(call_error("fi_allocinfo", sys::FI_ENOMEM as i32));
+        }
+        (*hints).caps = u64::from(sys::FI_MSG);
+        // Contexts are keys, not fi_context structs: no FI_CONTEXT. Receives are always
+        // posted, so FI_RX_CQ_DATA costs nothing.
+        (*hints).mode = sys::FI_RX_CQ_DATA;
+        (*(*hints).ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
+        let domain = (*hints).domain_attr;
+        (*domain).threading = sys::fi_threading_FI_THREAD_DOMAIN;
+        (*domain).av_type = sys::fi_av_type_FI_AV_TABLE;
+        // No memory registration: buffers are plain heap memory.
+        (*domain).mr_mode = 0;
+        // The sender's rank travels as CQ data.
+        (*domain).cq_data_size = 4;
+        let prov_name = libc::strdup(provider.as_ptr());
+        if prov_name.is_null() {
+            sys::fi_freeinfo(hints);
+            return Err(call_error("strdup", sys::FI_ENOMEM as i32));
+        }
+        (*(*hints).fabric_attr).prov_name = prov_name;
+        let mut info: *mut sys::fi_info = ptr::null_mut();
+        let (node, flags) = match address {
+            Some(address) => (address.as_ptr(), sys::FI_SOURCE),
+            None => (ptr::null(), 0),
+        };
+        let ret = sys::fi_getinfo(
+            (sys::FI_MAJOR_VERSION << 16) | sys::FI_MINOR_VERSION,
+            node,
+            ptr::null(),
+            flags,
+            hints,
+            &mut info,
+        );
+        sys::fi_freeinfo(hints);
+        if ret == -(sys::FI_ENODATA as i32) || (ret == 0 && info.is_null()) {
+            return Err(OfiError::ProviderNotFound {
+                provider: name.to_owned(),
+            });
+        }
+        check("fi_getinfo", ret)?;
+        // Keep the first match only.
+        if !(*info).next.is_null() {
+            sys::fi_freeinfo((*info).next);
+            (*info).next = ptr::null_mut();
+        }
+        Ok(info)
+    }
+}
+
+/// Publishes `name` as this rank's and waits for every rank's; names in rank order.
+fn exchange_names(config: &OfiConfig, name: &[u8]) -> Result<Vec<Vec<u8>>, OfiError> {
+    let dir = &config.rendezvous;
+    let io_error = |path: &Path| {
+        let path = path.to_owned();
+        move |source| OfiError::Rendezvous { path, source }
+    };
+    fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let mine = name_file(dir, config.rank);
+    let temp = dir.join(format!(
+        ".rank-{}.addr.{}.tmp",
+        config.rank,
+        std::process::id()
+    ));
+    fs::write(&temp, name).map_err(io_error(&temp))?;
+    fs::rename(&temp, &mine).map_err(io_error(&mine))?;
+
+    let start = Instant::now();
+    let mut names: Vec<Option<Vec<u8>>> = vec![None; config.size as usize];
+    loop {
+        for (rank, slot) in names.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
+            }
+            let path = name_file(dir, rank as Rank);
+            match fs::read(&path) {
+                Ok(bytes) if !bytes.is_empty() => *slot = Some(bytes),
+                Ok(_) => return Err(OfiError::BadAddress { rank: rank as Rank }),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&path)(e)),
+            }
+        }
+        if names.iter().all(Option::is_some) {
+            return Ok(names.into_iter().flatten().collect());
+        }
+        if start.elapsed() >= config.connect_timeout {
+            let missing = (0..config.size)
+                .filter(|&rank| names[rank as usize].is_none())
+                .collect();
+            return Err(OfiError::RendezvousTimeout {
+                missing,
+                waited: start.elapsed(),
+            });
+        }
+        std::thread::sleep(RENDEZVOUS_POLL);
+    }
+}
+
+/// Where rank `rank` publishes its endpoint name.
+fn name_file(dir: &Path, rank: Rank) -> PathBuf {
+    dir.join(format!("rank-{rank}.addr"))
+}
+
+/// An operation's context: a key, not a pointer (see the module docs).
+fn context(slot: usize, kind: usize) -> *mut c_void {
+    ptr::without_provenance_mut((slot << 2) | kind)
+}
+
+/// The slot and kind of a context key.
+fn key(context: *mut c_void) -> (usize, usize) {
+    let key = context.addr();
+    (key >> 2, key & 3)
+}
+
+/// Errors of a send that mean the peer is dead or unreachable, not that we erred.
+fn is_peer_failure(code: i32) -> bool {
+    [
+        sys::FI_ECONNREFUSED,
+        sys::FI_ECONNRESET,
+        sys::FI_ECONNABORTED,
+        sys::FI_ENOTCONN,
+        sys::FI_ESHUTDOWN,
+        sys::FI_EHOSTDOWN,
+        sys::FI_EHOSTUNREACH,
+        sys::FI_ENETUNREACH,
+        sys::FI_ENETDOWN,
+        sys::FI_ETIMEDOUT,
+        sys::FI_EIO,
+        // `sockets` (1.17): no connection to the peer could be made.
+        sys::FI_ENOENT,
+    ]
+    .iter()
+    .any(|&peer| code == peer as i32)
+}
+
+/// The positive error code of a negative return value.
+fn error_code(ret: isize) -> i32 {
+    i32::try_from(-ret).unwrap_or(i32::MAX)
+}
+
+fn check(call: &'static str, ret: i32) -> Result<(), OfiError> {
+    if ret >= 0 {
+        Ok(())
+    } else {
+        Err(call_error(call, -ret))
+    }
+}
+
+fn call_error(call: &'static str, code: i32) -> OfiError {
+    // SAFETY: fi_strerror returns a static NUL-terminated string for any code.
+    let message = unsafe { CStr::from_ptr(sys::fi_strerror(code)) }
+        .to_string_lossy()
+        .into_owned();
+    OfiError::Call {
+        call,
+        code,
+        message,
+    }
+}

@@ -1,0 +1,245 @@
+//! The scenarios every real backend's tests run: a job, its size, and what its
+//! survivors' lines must show. A backend's test starts the job its own way (`mpiexec`,
+//! the `ftofi` launcher), reads the lines with [`crate::report::parse_lines`] and hands
+//! them to [`Scenario::check`]; the same faults (a rank killed at a time or at a
+//! protocol step, a coordinator killed inside `validate_global`, an inner broadcast
+//! rank killed on activation) are thus checked the same way over every network.
+
+use serde_json::{json, Value};
+
+use crate::report::{agreed, ranks, served};
+
+/// One job and the check of its output.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    /// Ranks to start.
+    pub ranks: u32,
+    /// The job's command line (a `JobCommand` and its options).
+    pub args: &'static [&'static str],
+    /// Checks the survivors' lines (sorted by rank); says what is wrong.
+    pub check: fn(&[Value]) -> Result<(), String>,
+}
+
+impl Scenario {
+    /// Checks `lines`, naming the scenario's command line in the error.
+    pub fn check(&self, lines: &[Value]) -> Result<(), String> {
+        (self.check)(lines).map_err(|e| format!("{:?}: {e}", self.args))
+    }
+}
+
+/// `Err(what())` unless `holds`.
+fn expect(holds: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if holds {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// The survivors are exactly `expected`.
+fn survivors(lines: &[Value], expected: &[u64]) -> Result<(), String> {
+    let got = ranks(lines);
+    expect(got == expected, || {
+        format!("survivors {got:?}, expected {expected:?}")
+    })
+}
+
+/// Every line's `key` is `value`.
+fn all(lines: &[Value], key: &str, value: &Value) -> Result<(), String> {
+    match lines.iter().find(|l| &l[key] != value) {
+        Some(line) => Err(format!(
+            "rank {}: {key} is {}, expected {value}",
+            line["rank"], line[key]
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Four ranks validate once, nothing fails: `G` and every `L` empty, frames flowed,
+/// none rejected.
+pub const VALIDATE_WITHOUT_FAILURES: Scenario = Scenario {
+    ranks: 4,
+    args: &["validate"],
+    check: |lines| {
+        survivors(lines, &[0, 1, 2, 3])?;
+        let gs = agreed(lines)?;
+        expect(gs == [json!([])], || format!("G {gs:?}"))?;
+        all(lines, "L", &json!([]))?;
+        for line in lines {
+            let stats = &line["stats"];
+            expect(stats["rejected"] == 0, || {
+                format!("rejected frames: {line}")
+            })?;
+            expect(stats["frames_received"].as_u64() > Some(0), || {
+                format!("no frame received: {line}")
+            })?;
+        }
+        Ok(())
+    },
+};
+
+/// Rank 2 of 5 is killed 3 ms after the start; everyone validates, then again once it
+/// knows rank 2 dead: the second agreed set is `[2]` everywhere.
+pub const VALIDATE_AFTER_A_KILL: Scenario = Scenario {
+    ranks: 5,
+    args: &["validate", "--kill", "2", "--kill-at-ms", "3"],
+    check: validated_after_killing_2,
+};
+
+/// [`VALIDATE_AFTER_A_KILL`] through `ft_runtime::Runtime`: the progress thread drives
+/// the stack, the main thread blocks in `validate_global` and watches the published
+/// view for the death.
+pub const VALIDATE_THREADED_AFTER_A_KILL: Scenario = Scenario {
+    ranks: 5,
+    args: &["validate", "--threaded", "--kill", "2", "--kill-at-ms", "3"],
+    check: |lines| {
+        validated_after_killing_2(lines)?;
+        all(lines, "threaded", &json!(true))
+    },
+};
+
+fn validated_after_killing_2(lines: &[Value]) -> Result<(), String> {
+    survivors(lines, &[0, 1, 3, 4])?;
+    let gs = agreed(lines)?;
+    // Rank 2 may die before or after the first validation; the second one is called
+    // once every survivor knows it dead, so it holds it.
+    expect(
+        gs.len() == 2 && (gs[0] == json!([]) || gs[0] == json!([2])) && gs[1] == json!([2]),
+        || format!("G {gs:?}"),
+    )?;
+    all(lines, "L", &json!([2]))
+}
+
+/// Rank 0 of 5 dies as the first validation starts, before sending any of it: the
+/// survivors can only finish it by detecting that, so both agreed sets hold it.
+pub const VALIDATE_WHEN_THE_COORDINATOR_DIES: Scenario = Scenario {
+    ranks: 5,
+    args: &["validate", "--kill", "0", "--kill-on", "validate"],
+    check: |lines| {
+        survivors(lines, &[1, 2, 3, 4])?;
+        let gs = agreed(lines)?;
+        expect(gs == [json!([0]), json!([0])], || format!("G {gs:?}"))
+    },
+};
+
+/// PaRSEC #624 (A to ranks 1 and 2, B to rank 2), its mirror, and the merged-tree
+/// strategy: every rank gets exactly its outputs.
+pub const BROADCAST_ISSUE_624: [Scenario; 3] = [
+    Scenario {
+        ranks: 3,
+        args: &["broadcast", "plans/issue624.json"],
+        check: served_issue_624,
+    },
+    Scenario {
+        ranks: 3,
+        args: &["broadcast", "plans/issue624-mirror.json"],
+        check: served_issue_624,
+    },
+    Scenario {
+        ranks: 3,
+        args: &["broadcast", "plans/issue624-merged.json"],
+        check: served_issue_624,
+    },
+];
+
+fn served_issue_624(lines: &[Value]) -> Result<(), String> {
+    survivors(lines, &[0, 1, 2])?;
+    served(lines)?;
+    let needs: usize = lines
+        .iter()
+        .map(|l| l["needs"].as_array().map_or(0, Vec::len))
+        .sum();
+    expect(needs == 3, || {
+        format!("{needs} needs, expected A to two ranks and B to one")
+    })
+}
+
+/// `plans/mpi-8.json` (per-class binomial trees: 0 -> 1, 3, 7 and 3 -> 5 for {A, C};
+/// 0 -> 2, 4 and 4 -> 6 for {A, B}; A is 1 MiB, so data moves in many chunks). Rank 3
+/// dies as soon as it is activated, before it forwards anything: rank 5 must be adopted
+/// and served by the root, and the closing validation agrees on `[3]`.
+pub const BROADCAST_REPAIR: Scenario = Scenario {
+    ranks: 8,
+    args: &[
+        "broadcast",
+        "plans/mpi-8.json",
+        "--kill",
+        "3",
+        "--kill-on",
+        "activation",
+    ],
+    check: served_without_3,
+};
+
+/// The broadcast through `ft_runtime::Runtime` (`start_broadcast` at the root,
+/// `wait_outputs` elsewhere, then `validate_local` and `validate_global`), rank 3
+/// killed at the start, before or just after its activation. Rank 5 could only be
+/// served once the death was known, so its `validate_local` counts one failure.
+pub const BROADCAST_THREADED_REPAIR: Scenario = Scenario {
+    ranks: 8,
+    args: &[
+        "broadcast",
+        "plans/mpi-8.json",
+        "--threaded",
+        "--kill",
+        "3",
+        "--kill-at-ms",
+        "0",
+    ],
+    check: |lines| {
+        served_without_3(lines)?;
+        all(lines, "threaded", &json!(true))?;
+        let failed = &lines[4]["validate_local"]["num_failed"];
+        expect(failed == 1, || {
+            format!("rank 5's validate_local counts {failed} failed")
+        })
+    },
+};
+
+fn served_without_3(lines: &[Value]) -> Result<(), String> {
+    survivors(lines, &[0, 1, 2, 4, 5, 6, 7])?;
+    served(lines)?;
+    let five = &lines[4]["received"];
+    expect(five == &json!(["A", "C"]), || {
+        format!("rank 5 received {five}")
+    })?;
+    all(lines, "G", &json!([3]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validation(rank: u64, gs: &[Value], l: Value) -> Value {
+        let validations: Vec<Value> = gs
+            .iter()
+            .enumerate()
+            .map(|(e, g)| json!({"epoch": e + 1, "G": g}))
+            .collect();
+        json!({"rank": rank, "validations": validations, "L": l,
+               "stats": {"rejected": 0, "frames_received": 9}})
+    }
+
+    #[test]
+    fn checks_accept_the_right_lines_and_name_what_is_wrong() {
+        let good: Vec<Value> = [0, 1, 3, 4]
+            .map(|r| validation(r, &[json!([]), json!([2])], json!([2])))
+            .into();
+        assert!(VALIDATE_AFTER_A_KILL.check(&good).is_ok());
+        let mut wrong_l = good.clone();
+        wrong_l[1]["L"] = json!([]);
+        let e = VALIDATE_AFTER_A_KILL.check(&wrong_l).unwrap_err();
+        assert!(e.contains("rank 1: L is []"), "{e}");
+        let e = VALIDATE_AFTER_A_KILL.check(&good[..3]).unwrap_err();
+        assert!(e.contains("survivors [0, 1, 3]"), "{e}");
+
+        let clean: Vec<Value> = (0..4)
+            .map(|r| validation(r, &[json!([])], json!([])))
+            .collect();
+        assert!(VALIDATE_WITHOUT_FAILURES.check(&clean).is_ok());
+        assert!(
+            VALIDATE_THREADED_AFTER_A_KILL.check(&good).is_err(),
+            "not threaded"
+        );
+    }
+}
