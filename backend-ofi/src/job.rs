@@ -1,15 +1,10 @@
 //! `ft-jobs`' face of this backend: [`OfiLaunch`] opens an [`OfiTransport`] whose
 //! rendezvous (every rank's endpoint name in one directory) is the common start.
 
-use std::path::PathBuf;
-
 use ft_core::{wire, Rank};
 use ft_jobs::{JobTransport, Launch};
 
 use crate::{OfiConfig, OfiTransport};
-
-/// Where the ranks of a one-machine job listen.
-const LOOPBACK: &str = "127.0.0.1";
 
 /// A rank of an `ftofi` job.
 #[derive(Clone, Debug)]
@@ -18,14 +13,10 @@ pub struct OfiLaunch {
 }
 
 impl OfiLaunch {
-    /// Rank `rank` of `size` on this machine (endpoints on loopback), meeting the
-    /// others in `rendezvous`, on `provider`; frames up to the stack's largest
-    /// ([`wire::frame_capacity`]).
-    pub fn new(rank: Rank, size: u32, rendezvous: PathBuf, provider: String) -> Self {
-        let mut config = OfiConfig::new(rank, size, rendezvous);
-        config.provider = provider;
-        config.address = Some(LOOPBACK.to_owned());
-        config.max_frame = wire::frame_capacity(size);
+    /// The rank `config` opens, its frames up to the stack's largest
+    /// ([`wire::frame_capacity`] of the job's size).
+    pub fn new(mut config: OfiConfig) -> Self {
+        config.max_frame = wire::frame_capacity(config.size);
         OfiLaunch { config }
     }
 }

@@ -7,7 +7,7 @@
 //! The runs are serialized: ranks oversubscribe the cores already, and a second job
 //! beside them could starve a heartbeat long enough for a false suspicion.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use ft_jobs::conformance::{self, Scenario};
@@ -86,6 +86,58 @@ fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
 fn the_sockets_provider_survives_kills_too() {
     check(SOCKETS, &conformance::VALIDATE_AFTER_A_KILL);
     check(SOCKETS, &conformance::BROADCAST_REPAIR);
+}
+
+#[test]
+fn ranks_started_by_another_launcher_meet_through_the_rendezvous() {
+    // What `mpiexec` or `srun` does: start every rank with its rank and the size in the
+    // environment (Open MPI's names here), all told the same fresh directory.
+    let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    let scenario = &conformance::VALIDATE_WITHOUT_FAILURES;
+    let dir = std::env::temp_dir().join(format!("ftofi-external-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ranks: Vec<_> = (0..scenario.ranks)
+        .map(|rank| {
+            Command::new(env!("CARGO_BIN_EXE_ftofi"))
+                .arg("--rendezvous")
+                .arg(&dir)
+                .args(["--address", "127.0.0.1"])
+                .args(scenario.args)
+                .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", scenario.ranks.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting a rank")
+        })
+        .collect();
+    let mut stdout = String::new();
+    for rank in ranks {
+        let out = rank.wait_with_output().expect("waiting for a rank");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let lines = report::parse_lines(&stdout).unwrap_or_else(|e| panic!("{e}"));
+    scenario.check(&lines).unwrap_or_else(|e| panic!("{e}"));
+
+    // A rank with no launcher's environment says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_ftofi"))
+        .arg("--rendezvous")
+        .arg(&dir)
+        .arg("validate")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("PMI_RANK")
+        .env_remove("SLURM_PROCID")
+        .env_remove("FTOFI_RANK")
+        .output()
+        .expect("starting ftofi");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no launcher set this process's rank"));
 }
 
 #[test]

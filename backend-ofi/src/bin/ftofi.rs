@@ -8,11 +8,20 @@
 //!
 //! Run as above, `ftofi` is the launcher: it makes a fresh rendezvous directory, starts
 //! `-n` copies of itself with the same arguments and `FTOFI_RANK`, `FTOFI_SIZE`,
-//! `FTOFI_RENDEZVOUS` and `FTOFI_PROVIDER` in their environment, and prints every
-//! surviving rank's JSON line in rank order (each child's standard error is passed on,
-//! prefixed with its rank). Started with `FTOFI_RANK` set, it is that rank: it opens
-//! its endpoint, meets the others through the rendezvous directory, and runs the job
-//! (`ft-jobs`' validate or broadcast, as `ftmpi` does over MPI).
+//! `FTOFI_RENDEZVOUS`, `FTOFI_ADDRESS` (127.0.0.1: every rank is on this machine) in
+//! their environment, and prints every surviving rank's JSON line in rank order (each
+//! child's standard error is passed on, prefixed with its rank).
+//!
+//! Started with a rendezvous directory (`--rendezvous DIR` or `FTOFI_RENDEZVOUS`), it is
+//! one rank: it opens its endpoint, meets the others through the directory, and runs
+//! the job (`ft-jobs`' validate or broadcast, as `ftmpi` does over MPI). This is also
+//! how it runs under a cluster's launcher, with `DIR` on a file system every host
+//! shares; the rank and size come from the launcher's environment (see [`RANK_SIZE`]):
+//!
+//! ```sh
+//! srun -n 64 ftofi --rendezvous /shared/job-$SLURM_JOB_ID validate
+//! mpiexec -n 8 ftofi --rendezvous /shared/run1 --address 10.0.0.5 broadcast plan.json
+//! ```
 //!
 //! The launcher succeeds when every rank exited with status 0, except the rank chosen
 //! by `--kill`, which must have been killed by `SIGKILL`; a job still running after
@@ -25,7 +34,7 @@ use std::process::{Command as Process, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use backend_ofi::OfiLaunch;
+use backend_ofi::{OfiConfig, OfiLaunch};
 use clap::Parser;
 use ft_core::Rank;
 use ft_jobs::{Finished, JobCommand};
@@ -36,50 +45,51 @@ use ft_jobs::{Finished, JobCommand};
     about = "Failure views and broadcasts over libfabric, one process per rank"
 )]
 struct Cli {
-    /// Ranks to start.
+    /// Ranks to start (when `ftofi` launches the job itself).
     #[arg(short = 'n', long = "ranks", default_value_t = 4)]
     ranks: u32,
     /// The libfabric provider (`fi_info -l` lists them): `tcp;ofi_rxm`, `sockets`, ...
-    #[arg(long, default_value = backend_ofi::DEFAULT_PROVIDER)]
+    #[arg(long, env = "FTOFI_PROVIDER", default_value = backend_ofi::DEFAULT_PROVIDER)]
     provider: String,
-    /// The longest the whole job may run.
+    /// The longest the whole job may run (when `ftofi` launches it).
     #[arg(long, default_value_t = 120)]
     job_limit_s: u64,
+    /// Be one rank of a job, meeting the others in this directory (fresh per job, on a
+    /// file system every rank's host shares); the rank and size come from the
+    /// environment of the launcher that started this process.
+    #[arg(long, env = RENDEZVOUS_VAR)]
+    rendezvous: Option<PathBuf>,
+    /// The local address this rank's endpoint binds to; by default the provider's
+    /// first interface (127.0.0.1 when `ftofi` launches the job itself).
+    #[arg(long, env = ADDRESS_VAR)]
+    address: Option<String>,
     #[command(subcommand)]
     command: JobCommand,
 }
 
-/// The environment a launched rank reads.
+/// What the launcher tells each rank it starts.
 const RANK_VAR: &str = "FTOFI_RANK";
 const SIZE_VAR: &str = "FTOFI_SIZE";
 const RENDEZVOUS_VAR: &str = "FTOFI_RENDEZVOUS";
-const PROVIDER_VAR: &str = "FTOFI_PROVIDER";
+const ADDRESS_VAR: &str = "FTOFI_ADDRESS";
+
+/// Where launchers put a process's rank and the job's size, tried in this order:
+/// `ftofi`'s own, Open MPI's `mpiexec`, MPICH's Hydra (and other PMI launchers), Slurm.
+const RANK_SIZE: [(&str, &str); 4] = [
+    (RANK_VAR, SIZE_VAR),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match std::env::var(RANK_VAR) {
-        Ok(rank) => run_rank(&cli, &rank),
-        Err(_) => match launch(&cli) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("ftofi: {e}");
-                ExitCode::FAILURE
-            }
-        },
-    }
-}
-
-/// Rank mode: the job at one rank; prints its line.
-fn run_rank(cli: &Cli, rank: &str) -> ExitCode {
-    let launch = rank_launch(rank);
-    let result = launch
-        .and_then(|launch| cli.command.run(&launch))
-        .map_err(|e| format!("rank {rank}: {e}"));
+    let result = match &cli.rendezvous {
+        Some(dir) => run_rank(&cli, dir),
+        None => launch(&cli),
+    };
     match result {
-        Ok(Finished { line, .. }) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ftofi: {e}");
             ExitCode::FAILURE
@@ -87,24 +97,40 @@ fn run_rank(cli: &Cli, rank: &str) -> ExitCode {
     }
 }
 
-/// The rank's launch settings, from the environment the launcher set.
-fn rank_launch(rank: &str) -> Result<OfiLaunch, String> {
-    let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
-    let rank: Rank = rank
-        .parse()
-        .map_err(|_| format!("{RANK_VAR}={rank} is not a rank"))?;
-    let size: u32 = var(SIZE_VAR)?
-        .parse()
-        .map_err(|_| format!("{SIZE_VAR} is not a size"))?;
+/// Rank mode: the job at one rank; prints its line.
+fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), String> {
+    let (rank, size) = rank_and_size()?;
+    let mut config = OfiConfig::new(rank, size, rendezvous);
+    config.provider = cli.provider.clone();
+    config.address = cli.address.clone();
+    let Finished { line, .. } = cli
+        .command
+        .run(&OfiLaunch::new(config))
+        .map_err(|e| format!("rank {rank}: {e}"))?;
+    println!("{line}");
+    Ok(())
+}
+
+/// This process's rank and the job's size, from the first launcher's pair of
+/// [`RANK_SIZE`] variables that is set.
+fn rank_and_size() -> Result<(Rank, u32), String> {
+    let (rank_var, size_var) = RANK_SIZE
+        .iter()
+        .find(|(rank, _)| std::env::var_os(rank).is_some())
+        .ok_or_else(|| {
+            let names: Vec<&str> = RANK_SIZE.iter().map(|(rank, _)| *rank).collect();
+            format!("no launcher set this process's rank (none of {names:?})")
+        })?;
+    let read = |name: &str| -> Result<u32, String> {
+        let text = std::env::var(name).map_err(|_| format!("{name} is not set"))?;
+        text.parse()
+            .map_err(|_| format!("{name}={text} is not a number"))
+    };
+    let (rank, size) = (read(rank_var)?, read(size_var)?);
     if rank >= size {
-        return Err(format!("{RANK_VAR}={rank} is outside 0..{size}"));
+        return Err(format!("{rank_var}={rank} is outside 0..{size}"));
     }
-    Ok(OfiLaunch::new(
-        rank,
-        size,
-        PathBuf::from(var(RENDEZVOUS_VAR)?),
-        var(PROVIDER_VAR)?,
-    ))
+    Ok((rank, size))
 }
 
 /// What a launched rank left behind.
@@ -135,7 +161,7 @@ fn launch(cli: &Cli) -> Result<(), String> {
             .env(RANK_VAR, rank.to_string())
             .env(SIZE_VAR, n.to_string())
             .env(RENDEZVOUS_VAR, rendezvous.path())
-            .env(PROVIDER_VAR, &cli.provider)
+            .env(ADDRESS_VAR, cli.address.as_deref().unwrap_or(LOOPBACK))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -202,6 +228,9 @@ fn launch(cli: &Cli) -> Result<(), String> {
         Err(wrong.join("; "))
     }
 }
+
+/// Where the ranks of a job `ftofi` launches listen: all on this machine.
+const LOOPBACK: &str = "127.0.0.1";
 
 /// A fresh directory for the ranks' endpoint names, removed when the job ends.
 struct Rendezvous(PathBuf);
