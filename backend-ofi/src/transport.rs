@@ -51,7 +51,7 @@
 //!   requested), and receivers must not rely on it.
 
 use std::collections::VecDeque;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::fmt;
 use std::fs;
 use std::io;
@@ -80,6 +80,8 @@ const SEND: usize = 1;
 const RECV: usize = 2;
 /// Completions read per `fi_cq_read`.
 const CQ_BATCH: usize = 16;
+/// The longest [`OfiTransport::wait`] naps while frames wait for a retry.
+const PARKED_NAP: Duration = Duration::from_micros(200);
 /// How often [`OfiTransport::progress`] looks for stalled posted sends.
 const STALL_SCAN: Duration = Duration::from_millis(100);
 /// How often the rendezvous looks for the names still missing.
@@ -320,6 +322,8 @@ pub struct OfiTransport {
     /// The buffer the last frame `try_recv` returned was lent from.
     lent: Option<usize>,
     arrived: VecDeque<Arrival>,
+    /// Whether the CQ has a wait object, so [`OfiTransport::wait`] can block on it.
+    waitable: bool,
     stats: OfiStats,
 }
 
@@ -384,6 +388,7 @@ impl OfiTransport {
             unposted: (0..config.recv_depth).rev().collect(),
             lent: None,
             arrived: VecDeque::new(),
+            waitable: false,
             stats: OfiStats::default(),
         };
         // On any error below, dropping `transport` closes what was opened.
@@ -668,6 +673,49 @@ impl OfiTransport {
         }
     }
 
+    /// Waits at most `timeout` for a completion, without the CPU when the CQ has a wait
+    /// object (`fi_cq_sread`, in whole milliseconds; a shorter wait, or frames parked
+    /// for a retry, nap instead). Completions it reads are handled as
+    /// [`OfiTransport::try_recv`]'s are.
+    pub fn wait(&mut self, timeout: Duration) -> Result<(), OfiError> {
+        if !self.arrived.is_empty() {
+            return Ok(());
+        }
+        self.return_lent();
+        self.post_receives()?;
+        let millis = timeout.as_millis();
+        if !self.waitable || millis == 0 || self.backlog_count > 0 {
+            std::thread::sleep(timeout.min(PARKED_NAP));
+            return Ok(());
+        }
+        let millis = c_int::try_from(millis).unwrap_or(c_int::MAX);
+        let mut entries = [sys::fi_cq_data_entry::default(); CQ_BATCH];
+        // SAFETY: as in `poll_cq`; no wait condition is passed.
+        let ret = unsafe {
+            sys::fi_cq_sread(
+                self.cq,
+                entries.as_mut_ptr().cast::<c_void>(),
+                CQ_BATCH,
+                ptr::null(),
+                millis,
+            )
+        };
+        if ret > 0 {
+            for entry in &entries[..ret as usize] {
+                self.on_completion(entry);
+            }
+            return Ok(());
+        }
+        let code = error_code(ret);
+        if ret == 0 || code == sys::FI_EAGAIN as i32 || code == sys::FI_ETIMEDOUT as i32 {
+            Ok(())
+        } else if code == sys::FI_EAVAIL as i32 {
+            self.poll_cq()
+        } else {
+            Err(call_error("fi_cq_sread", code))
+        }
+    }
+
     fn on_completion(&mut self, entry: &sys::fi_cq_data_entry) {
         match key(entry.op_context) {
             (slot, SEND) => {
@@ -788,15 +836,26 @@ impl OfiTransport {
                 "fi_av_open",
                 sys::fi_av_open(self.domain, &mut av_attr, &mut self.av, ptr::null_mut()),
             )?;
-            let mut cq_attr = sys::fi_cq_attr {
-                format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
-                wait_obj: sys::fi_wait_obj_FI_WAIT_NONE,
-                ..Default::default()
-            };
-            check(
-                "fi_cq_open",
-                sys::fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, ptr::null_mut()),
-            )?;
+            // A wait object if the provider has one (idle ranks then block in
+            // fi_cq_sread instead of polling); else a plain polled CQ.
+            for wait_obj in [
+                sys::fi_wait_obj_FI_WAIT_UNSPEC,
+                sys::fi_wait_obj_FI_WAIT_NONE,
+            ] {
+                let mut cq_attr = sys::fi_cq_attr {
+                    format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
+                    wait_obj,
+                    ..Default::default()
+                };
+                let ret = sys::fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, ptr::null_mut());
+                if ret == 0 {
+                    self.waitable = wait_obj != sys::fi_wait_obj_FI_WAIT_NONE;
+                    break;
+                }
+                if wait_obj == sys::fi_wait_obj_FI_WAIT_NONE {
+                    check("fi_cq_open", ret)?;
+                }
+            }
             check(
                 "fi_endpoint",
                 sys::fi_endpoint(self.domain, info, &mut self.ep, ptr::null_mut()),
@@ -886,6 +945,12 @@ impl Transport for OfiTransport {
     }
     fn pending_sends(&self) -> usize {
         self.pending()
+    }
+    fn wait(&mut self, timeout: Duration) -> Result<(), OfiError> {
+        OfiTransport::wait(self, timeout)
+    }
+    fn wakes_on_arrival(&self) -> bool {
+        self.waitable
     }
 }
 

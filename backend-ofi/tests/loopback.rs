@@ -509,3 +509,61 @@ fn a_rank_that_never_shows_up_times_the_rendezvous_out() {
     // Its own name was published.
     assert!(rendezvous.path().join("rank-0.addr").exists());
 }
+
+#[test]
+fn an_idle_wait_ends_when_a_frame_arrives() {
+    // Rank 1 blocks in `wait` with a long timeout; rank 0 sends once the connection is
+    // up. The wait must end on the arrival, not on its timeout (providers with a CQ wait
+    // object; the others nap, which `wakes_on_arrival` says).
+    const TIMEOUT: Duration = Duration::from_secs(20);
+    let provider = provider();
+    let waited = group(
+        "wait",
+        2,
+        &provider,
+        |_| {},
+        |mut t| {
+            use ft_runtime::Transport;
+            // Connect both ways first: tcp;ofi_rxm sets connections up on first send.
+            let peer = 1 - t.rank();
+            t.send(peer, b"hello").expect("send");
+            let start = Instant::now();
+            let mut got = 0;
+            while got < 1 && start.elapsed() < LIMIT {
+                t.progress().expect("progress");
+                if let Some(Received::Frame { .. }) = t.try_recv().expect("recv") {
+                    got += 1;
+                }
+            }
+            thread::sleep(Duration::from_millis(300));
+            if t.rank() == 0 {
+                t.send(peer, b"wake up").expect("send");
+                let end = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < end {
+                    t.progress().expect("progress");
+                    let _ = t.try_recv().expect("recv");
+                }
+                return None;
+            }
+            let wakes = t.wakes_on_arrival();
+            let start = Instant::now();
+            let mut woken = None;
+            while woken.is_none() && start.elapsed() < LIMIT {
+                t.wait(TIMEOUT).expect("wait");
+                if let Some(Received::Frame { bytes, .. }) = t.try_recv().expect("recv") {
+                    woken = Some((bytes.to_vec(), start.elapsed()));
+                }
+            }
+            Some((wakes, woken))
+        },
+    );
+    let (wakes, woken) = waited[1].clone().expect("rank 1's result");
+    if provider == DEFAULT_PROVIDER {
+        assert!(wakes, "tcp;ofi_rxm's CQ has a wait object");
+    }
+    let (bytes, after) = woken.expect("the frame arrived");
+    assert_eq!(bytes, b"wake up");
+    if wakes {
+        assert!(after < TIMEOUT / 2, "woke after {after:?}, not on arrival");
+    }
+}

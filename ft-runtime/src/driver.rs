@@ -7,8 +7,10 @@
 //! queue. [`Driver::run_until`] pumps until the caller's condition holds. When a pump
 //! finds nothing to do, the loop spins (yielding the CPU) for a short window after the
 //! last frame or command, since an exchange in progress answers within microseconds,
-//! and past the window sleeps briefly, so idle ranks oversubscribed on few cores leave
-//! each other the CPU and heartbeats stay on time ([`Driver::set_idle`]).
+//! and past the window waits without the CPU, so idle ranks oversubscribed on few cores
+//! leave each other the CPU and heartbeats stay on time ([`Driver::set_idle`]): in the
+//! transport until the next timer when the transport wakes on arrival (libfabric's
+//! completion-queue wait object), else in naps of at most the idle sleep (MPI).
 //!
 //! Invariants: the clock passed to the machine never goes back (it is one monotonic
 //! `std::time::Instant` origin per driver); after every public call that touched the
@@ -28,6 +30,10 @@ use crate::transport::{Received, Transport};
 /// The longest an idle loop sleeps, by default: a frame that arrives while the rank
 /// sleeps waits at most this long ([`Driver::set_idle`]).
 pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
+
+/// The longest one idle wait blocks in a transport that wakes on arrival (the machine
+/// may have no timer armed).
+const MAX_BLOCK: StdDuration = StdDuration::from_millis(100);
 
 /// How long after its last frame or command an idle loop spins instead of sleeping,
 /// by default ([`Driver::set_idle`]).
@@ -162,7 +168,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     }
 
     /// One round of the backend loop; returns whether it received a frame (if not, the
-    /// caller may wait: [`Driver::sleep_idle`]). A due timer fires too.
+    /// caller may wait: [`Driver::wait_idle`]). A due timer fires too.
     pub fn pump(&mut self) -> Result<bool, T::Error> {
         let mut busy = false;
         let now = self.now();
@@ -217,7 +223,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                 });
             }
             if !busy {
-                self.sleep_idle();
+                self.wait_idle().map_err(DriverError::Transport)?;
             }
         }
     }
@@ -228,34 +234,49 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         let end = WallInstant::now() + span;
         while WallInstant::now() < end {
             if !self.pump()? {
-                self.sleep_idle();
+                self.wait_idle()?;
             }
         }
         let end = WallInstant::now() + span;
         while self.transport.pending_sends() > 0 && WallInstant::now() < end {
             self.transport.progress()?;
-            self.sleep_idle();
+            // Send completions need not wake a waiting transport: nap.
+            let nap = self.idle_sleep;
+            self.idle_wait(Some(nap))?;
         }
         Ok(())
     }
 
-    /// Waits a little, a pump having found nothing to do: yields the CPU within the
-    /// spin window after the last activity, else sleeps until the machine's next
-    /// deadline, at most the idle sleep ([`Driver::set_idle`]).
-    pub fn sleep_idle(&self) {
+    /// Waits, a pump having found nothing to do: yields the CPU within the spin window
+    /// after the last activity; past it, waits in the transport until the machine's
+    /// next deadline if the transport wakes when a frame arrives, else naps at most the
+    /// idle sleep ([`Driver::set_idle`]).
+    pub fn wait_idle(&mut self) -> Result<(), T::Error> {
+        self.idle_wait(None)
+    }
+
+    /// [`Driver::wait_idle`], never longer than `cap`.
+    fn idle_wait(&mut self, cap: Option<StdDuration>) -> Result<(), T::Error> {
         if self.idle_sleep.is_zero() || self.last_activity.elapsed() < self.idle_spin {
             std::thread::yield_now();
-            return;
+            return Ok(());
         }
         let now = self.now();
-        let until_timer = self.machine.poll_timeout().map_or(self.idle_sleep, |t| {
+        let until_timer = self.machine.poll_timeout().map_or(MAX_BLOCK, |t| {
             StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos()))
         });
-        let nap = until_timer.min(self.idle_sleep);
+        let mut nap = until_timer.min(MAX_BLOCK);
+        if !self.transport.wakes_on_arrival() {
+            nap = nap.min(self.idle_sleep);
+        }
+        if let Some(cap) = cap {
+            nap = nap.min(cap);
+        }
         if nap.is_zero() {
             std::thread::yield_now();
+            Ok(())
         } else {
-            std::thread::sleep(nap);
+            self.transport.wait(nap)
         }
     }
 
@@ -287,8 +308,11 @@ impl<T: Transport> Engine for Driver<RankStack, T> {
     fn next_event(&mut self) -> Option<StackEvent> {
         self.poll_event().map(|(_, event)| event)
     }
-    fn sleep_idle(&mut self) {
-        Driver::sleep_idle(self);
+    /// Capped at the idle sleep: the progress thread must also notice application
+    /// commands, which do not wake the transport.
+    fn wait_idle(&mut self) -> Result<(), T::Error> {
+        let nap = self.idle_sleep;
+        self.idle_wait(Some(nap))
     }
     fn linger(&mut self, span: StdDuration) -> Result<(), T::Error> {
         self.run_for(span)

@@ -10,7 +10,7 @@
 //! 3. reads the stack's events: a finished global validation completes the commands
 //!    waiting for its epoch, released outputs complete the commands waiting for them,
 //!    and any change of the failure view is published as a new [`ViewSnapshot`];
-//! 4. sleeps briefly if nothing happened ([`Engine::sleep_idle`]).
+//! 4. waits briefly if nothing happened ([`Engine::wait_idle`]).
 //!
 //! The engine is built on the progress thread itself (by the closure given to
 //! [`Runtime::spawn`]), so backends whose handles may not cross threads (an MPI
@@ -50,8 +50,9 @@ pub trait Engine {
     fn pump(&mut self) -> Result<bool, Self::Error>;
     /// The next event the stack reported.
     fn next_event(&mut self) -> Option<StackEvent>;
-    /// Waits a little when a turn found nothing to do.
-    fn sleep_idle(&mut self);
+    /// Waits a little when a turn found nothing to do (briefly: commands arrive
+    /// without waking it).
+    fn wait_idle(&mut self) -> Result<(), Self::Error>;
     /// Keeps serving peers for `span` before the thread ends.
     fn linger(&mut self, span: StdDuration) -> Result<(), Self::Error>;
 }
@@ -372,7 +373,9 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
             shared.publish(ViewSnapshot::of(engine.stack(), waiting.epoch));
         }
         if idle && !busy {
-            engine.sleep_idle();
+            if let Err(e) = engine.wait_idle() {
+                return format!("backend error: {e}");
+            }
         }
     }
 }

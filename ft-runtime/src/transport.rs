@@ -2,6 +2,7 @@
 //! from the ranks of one communicator, with dead peers as dropped frames, never errors.
 
 use std::fmt;
+use std::time::Duration as StdDuration;
 
 use ft_core::Rank;
 
@@ -46,4 +47,17 @@ pub trait Transport {
     fn progress(&mut self) -> Result<(), Self::Error>;
     /// Sends not completed yet.
     fn pending_sends(&self) -> usize;
+    /// Waits at most `timeout` for a frame, when there is nothing to do; may return
+    /// early for any reason. The default sleeps the whole `timeout`: transports whose
+    /// network has a wait object (an OS handle that wakes on arrival) override it, and
+    /// [`Transport::wakes_on_arrival`].
+    fn wait(&mut self, timeout: StdDuration) -> Result<(), Self::Error> {
+        std::thread::sleep(timeout);
+        Ok(())
+    }
+    /// Whether [`Transport::wait`] returns as soon as a frame arrives, so that an idle
+    /// loop may wait until its next timer instead of napping (default: no).
+    fn wakes_on_arrival(&self) -> bool {
+        false
+    }
 }
