@@ -57,11 +57,11 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::Once;
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use ft_core::Rank;
-use ft_runtime::{Received, Transport};
+use ft_runtime::{Received, Transport, Wake};
 
 use crate::sys;
 
@@ -324,6 +324,8 @@ pub struct OfiTransport {
     arrived: VecDeque<Arrival>,
     /// Whether the CQ has a wait object, so [`OfiTransport::wait`] can block on it.
     waitable: bool,
+    /// The CQ as other threads may signal it (set once the CQ is waitable).
+    signal: Option<Arc<CqSignal>>,
     stats: OfiStats,
 }
 
@@ -389,6 +391,7 @@ impl OfiTransport {
             lent: None,
             arrived: VecDeque::new(),
             waitable: false,
+            signal: None,
             stats: OfiStats::default(),
         };
         // On any error below, dropping `transport` closes what was opened.
@@ -707,7 +710,10 @@ impl OfiTransport {
             return Ok(());
         }
         let code = error_code(ret);
-        if ret == 0 || code == sys::FI_EAGAIN as i32 || code == sys::FI_ETIMEDOUT as i32 {
+        // Nothing came (EAGAIN, ETIMEDOUT), or a waker signalled the CQ (ECANCELED on
+        // `sockets`).
+        let woken_empty = [sys::FI_EAGAIN, sys::FI_ETIMEDOUT, sys::FI_ECANCELED];
+        if ret == 0 || woken_empty.iter().any(|&c| code == c as i32) {
             Ok(())
         } else if code == sys::FI_EAVAIL as i32 {
             self.poll_cq()
@@ -850,6 +856,11 @@ impl OfiTransport {
                 let ret = sys::fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, ptr::null_mut());
                 if ret == 0 {
                     self.waitable = wait_obj != sys::fi_wait_obj_FI_WAIT_NONE;
+                    if self.waitable {
+                        self.signal = Some(Arc::new(CqSignal {
+                            cq: Mutex::new(CqPtr(self.cq)),
+                        }));
+                    }
                     break;
                 }
                 if wait_obj == sys::fi_wait_obj_FI_WAIT_NONE {
@@ -952,10 +963,43 @@ impl Transport for OfiTransport {
     fn wakes_on_arrival(&self) -> bool {
         self.waitable
     }
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        self.signal.clone().map(|signal| signal as Arc<dyn Wake>)
+    }
+}
+
+/// The CQ pointer behind [`CqSignal`]'s lock; null once the CQ is closed.
+struct CqPtr(*mut sys::fid_cq);
+
+// SAFETY: the pointer is only dereferenced (by fi_cq_signal) under the CqSignal lock,
+// and the transport nulls it under that lock before it closes the CQ.
+unsafe impl Send for CqPtr {}
+
+/// Ends an `fi_cq_sread` from another thread ([`Transport::waker`]): application threads
+/// of `ft_runtime::Runtime` wake the progress thread when they submit a command.
+struct CqSignal {
+    cq: Mutex<CqPtr>,
+}
+
+impl Wake for CqSignal {
+    fn wake(&self) {
+        let cq = self.cq.lock().unwrap_or_else(|e| e.into_inner());
+        if !cq.0.is_null() {
+            // SAFETY: the CQ is open (the transport nulls the pointer under this lock
+            // before closing it). fi_cq_signal only signals the CQ's wait object, which
+            // libfabric's utility CQs guard themselves, so it may run beside the owning
+            // thread's fi_cq_sread; that is what it exists for.
+            unsafe { sys::fi_cq_signal(cq.0) };
+        }
+    }
 }
 
 impl Drop for OfiTransport {
     fn drop(&mut self) {
+        // No waker may signal the CQ from here on.
+        if let Some(signal) = &self.signal {
+            signal.cq.lock().unwrap_or_else(|e| e.into_inner()).0 = ptr::null_mut();
+        }
         // Endpoint first: after its close libfabric touches no buffer of ours, and the
         // buffers (fields) are freed only after this body. Then every object before the
         // ones it was opened from or bound to.

@@ -85,6 +85,7 @@ fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
 #[test]
 fn the_sockets_provider_survives_kills_too() {
     check(SOCKETS, &conformance::VALIDATE_AFTER_A_KILL);
+    check(SOCKETS, &conformance::VALIDATE_THREADED_AFTER_A_KILL);
     check(SOCKETS, &conformance::BROADCAST_REPAIR);
 }
 

@@ -567,3 +567,37 @@ fn an_idle_wait_ends_when_a_frame_arrives() {
         assert!(after < TIMEOUT / 2, "woke after {after:?}, not on arrival");
     }
 }
+
+#[test]
+fn a_waker_ends_an_idle_wait_from_another_thread() {
+    // What ft_runtime::Runtime does when an application thread submits a command while
+    // the progress thread waits in the transport.
+    use ft_runtime::Transport;
+    const TIMEOUT: Duration = Duration::from_secs(20);
+    let provider = provider();
+    let ended = group(
+        "waker",
+        1,
+        &provider,
+        |_| {},
+        |mut t| {
+            let waker = t.waker()?;
+            let start = Instant::now();
+            thread::scope(|s| {
+                s.spawn(|| {
+                    thread::sleep(Duration::from_millis(300));
+                    waker.wake();
+                });
+                while start.elapsed() < Duration::from_millis(250) {
+                    t.wait(Duration::from_millis(10)).expect("wait");
+                }
+                t.wait(TIMEOUT).expect("wait");
+            });
+            Some(start.elapsed())
+        },
+    );
+    match ended[0] {
+        Some(after) => assert!(after < TIMEOUT / 2, "woke after {after:?}"),
+        None => assert_ne!(provider, DEFAULT_PROVIDER, "tcp;ofi_rxm has a waker"),
+    }
+}

@@ -19,13 +19,14 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
 use ft_core::{wire, Instant, Protocol};
 
 use crate::runtime::Engine;
-use crate::transport::{Received, Transport};
+use crate::transport::{Received, Transport, Wake};
 
 /// The longest an idle loop sleeps, by default: a frame that arrives while the rank
 /// sleeps waits at most this long ([`Driver::set_idle`]).
@@ -308,11 +309,17 @@ impl<T: Transport> Engine for Driver<RankStack, T> {
     fn next_event(&mut self) -> Option<StackEvent> {
         self.poll_event().map(|(_, event)| event)
     }
-    /// Capped at the idle sleep: the progress thread must also notice application
-    /// commands, which do not wake the transport.
+    /// Until the next timer if the transport has a waker (application commands wake
+    /// it); else capped at the idle sleep, so commands are noticed soon.
     fn wait_idle(&mut self) -> Result<(), T::Error> {
-        let nap = self.idle_sleep;
-        self.idle_wait(Some(nap))
+        let cap = match self.transport.waker() {
+            Some(_) => None,
+            None => Some(self.idle_sleep),
+        };
+        self.idle_wait(cap)
+    }
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        self.transport.waker()
     }
     fn linger(&mut self, span: StdDuration) -> Result<(), T::Error> {
         self.run_for(span)

@@ -26,4 +26,4 @@ pub mod transport;
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use runtime::{Engine, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;
-pub use transport::{Received, Transport};
+pub use transport::{Received, Transport, Wake};

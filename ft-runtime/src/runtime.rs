@@ -10,7 +10,8 @@
 //! 3. reads the stack's events: a finished global validation completes the commands
 //!    waiting for its epoch, released outputs complete the commands waiting for them,
 //!    and any change of the failure view is published as a new [`ViewSnapshot`];
-//! 4. waits briefly if nothing happened ([`Engine::wait_idle`]).
+//! 4. waits if nothing happened ([`Engine::wait_idle`]): until its next timer when the
+//!    engine has a waker (then submitting a command wakes it), else briefly.
 //!
 //! The engine is built on the progress thread itself (by the closure given to
 //! [`Runtime::spawn`]), so backends whose handles may not cross threads (an MPI
@@ -35,6 +36,7 @@ use ft_core::node::NodeEvent;
 use ft_core::{Counts, Instant, RankSet};
 
 use crate::shared::{Shared, Stopped, Ticket};
+use crate::transport::Wake;
 
 /// What the progress thread needs from a backend: the backend loop of
 /// `ft_core::machine` over one rank's [`RankStack`].
@@ -50,9 +52,13 @@ pub trait Engine {
     fn pump(&mut self) -> Result<bool, Self::Error>;
     /// The next event the stack reported.
     fn next_event(&mut self) -> Option<StackEvent>;
-    /// Waits a little when a turn found nothing to do (briefly: commands arrive
-    /// without waking it).
+    /// Waits when a turn found nothing to do: briefly, unless [`Engine::waker`] gives
+    /// application threads a way to end the wait when they submit a command.
     fn wait_idle(&mut self) -> Result<(), Self::Error>;
+    /// What ends a [`Engine::wait_idle`] from another thread, if anything does.
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        None
+    }
     /// Keeps serving peers for `span` before the thread ends.
     fn linger(&mut self, span: StdDuration) -> Result<(), Self::Error>;
 }
@@ -152,6 +158,8 @@ type SharedState = Shared<Command, Outcome, ViewSnapshot>;
 pub struct Runtime {
     shared: Arc<SharedState>,
     thread: Option<JoinHandle<()>>,
+    /// Ends the progress thread's idle wait when a command is submitted.
+    waker: Option<Arc<dyn Wake>>,
 }
 
 impl fmt::Debug for Runtime {
@@ -179,7 +187,7 @@ impl Runtime {
                 .spawn(move || match make() {
                     Ok(engine) => {
                         shared.publish(ViewSnapshot::of(engine.stack(), 0));
-                        let _ = ready_tx.send(Ok(()));
+                        let _ = ready_tx.send(Ok(engine.waker()));
                         let why = progress(engine, &shared);
                         shared.close(why);
                     }
@@ -191,9 +199,10 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Stopped(format!("cannot start the thread: {e}")))?
         };
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Runtime {
+            Ok(Ok(waker)) => Ok(Runtime {
                 shared,
                 thread: Some(thread),
+                waker,
             }),
             Ok(Err(e)) => Err(RuntimeError::Stopped(e)),
             Err(_) => Err(RuntimeError::Stopped(
@@ -208,11 +217,20 @@ impl Runtime {
     }
 
     fn call(&self, command: Command) -> Result<Outcome, RuntimeError> {
-        let ticket = self.shared.submit(command)?;
+        let ticket = self.submit(command)?;
         match self.shared.wait(ticket)? {
             Outcome::Refused(why) => Err(RuntimeError::Refused(why)),
             outcome => Ok(outcome),
         }
+    }
+
+    /// Queues `command` for the progress thread and wakes it.
+    fn submit(&self, command: Command) -> Result<Ticket, Stopped> {
+        let ticket = self.shared.submit(command)?;
+        if let Some(waker) = &self.waker {
+            waker.wake();
+        }
+        Ok(ticket)
     }
 
     /// `validate_local`: folds the detector's news into `L_i`; `|L_i|` and how many were
@@ -280,7 +298,6 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
             if self
-                .shared
                 .submit(Command::Shutdown {
                     linger: StdDuration::ZERO,
                 })

@@ -2,6 +2,7 @@
 //! from the ranks of one communicator, with dead peers as dropped frames, never errors.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use ft_core::Rank;
@@ -60,4 +61,16 @@ pub trait Transport {
     fn wakes_on_arrival(&self) -> bool {
         false
     }
+    /// A handle that ends a [`Transport::wait`] from another thread, if the transport
+    /// has one (default: none). With it, a progress thread may wait in the transport
+    /// until its next timer, and application threads wake it when they give it work.
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        None
+    }
+}
+
+/// Ends a transport's [`Transport::wait`] from any thread (spuriously if nobody waits).
+pub trait Wake: Send + Sync {
+    /// Wakes the waiting thread, or makes its next wait return at once.
+    fn wake(&self);
 }
