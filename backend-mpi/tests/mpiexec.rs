@@ -128,6 +128,11 @@ fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
 }
 
 #[test]
+fn latency_job_reports_its_ratios() {
+    check(&conformance::LATENCY_SMOKE);
+}
+
+#[test]
 fn bench_times_validate_global_beside_ulfm_agree() {
     // A smoke run of the benchmark (the figures come from longer runs, see the README).
     let lines = run(3, &["bench", "--reps", "5"]);

@@ -83,6 +83,11 @@ fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
 }
 
 #[test]
+fn latency_job_reports_its_ratios() {
+    check(TCP, &conformance::LATENCY_SMOKE);
+}
+
+#[test]
 fn the_sockets_provider_survives_kills_too() {
     check(SOCKETS, &conformance::VALIDATE_AFTER_A_KILL);
     check(SOCKETS, &conformance::VALIDATE_THREADED_AFTER_A_KILL);

@@ -206,6 +206,39 @@ fn served_without_3(lines: &[Value]) -> Result<(), String> {
     all(lines, "G", &json!([3]))
 }
 
+/// A smoke run of the latency job (`crate::latency`): every rank reports positive
+/// medians, and rank 0 (which also does the round trips) the ratios. The figures
+/// themselves come from longer runs.
+pub const LATENCY_SMOKE: Scenario = Scenario {
+    ranks: 3,
+    args: &["latency", "--reps", "5"],
+    check: |lines| {
+        survivors(lines, &[0, 1, 2])?;
+        for line in lines {
+            let ops: &[&str] = if line["rank"] == 0 {
+                &["raw_barrier", "raw_round_trip", "validate_global"]
+            } else {
+                &["raw_barrier", "validate_global"]
+            };
+            for op in ops {
+                let median = line["median_us"][op].as_f64().unwrap_or(f64::NAN);
+                expect(median > 0.0 && median.is_finite(), || {
+                    format!("{op} median {median}: {line}")
+                })?;
+            }
+        }
+        for ratio in ["raw_barriers", "raw_round_trips"] {
+            let r = lines[0]["validate_global_in"][ratio]
+                .as_f64()
+                .unwrap_or(f64::NAN);
+            expect(r > 0.0 && r.is_finite(), || {
+                format!("{ratio}: {}", lines[0])
+            })?;
+        }
+        Ok(())
+    },
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

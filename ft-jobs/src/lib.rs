@@ -24,6 +24,7 @@
 //! (an MPI communicator handle may not cross threads).
 
 pub mod conformance;
+pub mod latency;
 pub mod report;
 
 use std::time::{Duration as StdDuration, Instant as WallInstant};
@@ -129,13 +130,27 @@ pub enum JobCommand {
         #[arg(long)]
         threaded: bool,
     },
+    /// Times, at every rank, a dissemination barrier and (ranks 0 and 1) a round trip
+    /// on the bare transport, then `validate_global` through the stack, `--reps` times
+    /// each, failure-free; prints the medians and how many barriers and round trips one
+    /// `validate_global` costs (`ft_jobs::latency`).
+    Latency {
+        /// Repetitions of each operation.
+        #[arg(long, default_value_t = 100)]
+        reps: u32,
+        /// The job's options.
+        #[command(flatten)]
+        job: JobArgs,
+    },
 }
 
 impl JobCommand {
     /// The options of the job.
     pub fn args(&self) -> &JobArgs {
         match self {
-            JobCommand::Validate { job, .. } | JobCommand::Broadcast { job, .. } => job,
+            JobCommand::Validate { job, .. }
+            | JobCommand::Broadcast { job, .. }
+            | JobCommand::Latency { job, .. } => job,
         }
     }
 
@@ -146,6 +161,7 @@ impl JobCommand {
             JobCommand::Validate { threaded, .. } | JobCommand::Broadcast { threaded, .. } => {
                 *threaded
             }
+            JobCommand::Latency { .. } => false,
         }
     }
 
@@ -154,6 +170,7 @@ impl JobCommand {
         match self {
             JobCommand::Validate { job, threaded } if *threaded => validate_threaded(launch, job),
             JobCommand::Validate { job, .. } => validate(start(launch, job)?, job),
+            JobCommand::Latency { reps, job } => latency::latency(launch, job, *reps),
             JobCommand::Broadcast {
                 plan,
                 job,
@@ -185,10 +202,17 @@ pub type RankDriver<T> = Driver<RankStack, T>;
 /// Opens the rank's transport (`launch.connect()`, the common start) and puts its
 /// stack on it, with the kill timer armed if this rank is to die at a time.
 pub fn start<L: Launch>(launch: &L, args: &JobArgs) -> Result<RankDriver<L::Transport>, String> {
-    let (me, n) = (launch.rank(), launch.size());
+    let n = launch.size();
     if args.kill.is_some_and(|k| k >= n) {
         return Err(format!("--kill names a rank outside 0..{n}"));
     }
+    let transport = launch.connect()?;
+    Ok(drive(transport, launch.rank(), n, args))
+}
+
+/// Puts rank `me`'s stack (of `n` ranks) on an open transport, its clock starting now,
+/// with the kill timer armed if this rank is to die at a time.
+pub fn drive<T: Transport>(transport: T, me: Rank, n: u32, args: &JobArgs) -> RankDriver<T> {
     let period = Duration::from_millis(args.period_ms);
     let config = DetectorConfig {
         comm: 0,
@@ -199,7 +223,6 @@ pub fn start<L: Launch>(launch: &L, args: &JobArgs) -> Result<RankDriver<L::Tran
         // Heartbeats spread over the period.
         phase: Duration::from_nanos(period.as_nanos() * u64::from(me) / u64::from(n)),
     };
-    let transport = launch.connect()?;
     let origin = WallInstant::now();
     if args.kill == Some(me) && args.kill_on.is_none() {
         let at = StdDuration::from_millis(args.kill_at_ms);
@@ -208,11 +231,7 @@ pub fn start<L: Launch>(launch: &L, args: &JobArgs) -> Result<RankDriver<L::Tran
             die();
         });
     }
-    Ok(Driver::new(
-        RankStack::new(config, Instant::ZERO),
-        transport,
-        origin,
-    ))
+    Driver::new(RankStack::new(config, Instant::ZERO), transport, origin)
 }
 
 /// Ends this process the way a crashed node does: `SIGKILL`, no clean-up, no goodbye

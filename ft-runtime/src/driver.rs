@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
-use ft_core::{wire, Instant, Protocol};
+use ft_core::{wire, Instant, Protocol, Rank};
 
 use crate::runtime::Engine;
 use crate::transport::{Received, Transport, Wake};
@@ -161,6 +161,18 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         self.last_activity = WallInstant::now();
         self.flush(now)?;
         Ok(result)
+    }
+
+    /// Hands the machine a frame that reached this rank before the driver took over its
+    /// transport (a backend's own start-up traffic may overlap the first frames of
+    /// faster peers); a frame the machine rejects is counted, as in [`Driver::pump`].
+    pub fn deliver(&mut self, from: Rank, bytes: &[u8]) -> Result<(), T::Error> {
+        let now = self.now();
+        if self.machine.handle_message(now, from, bytes).is_err() {
+            self.stats.rejected += 1;
+        }
+        self.last_activity = WallInstant::now();
+        self.flush(now)
     }
 
     /// The next event the machine reported, with the time it was collected.
