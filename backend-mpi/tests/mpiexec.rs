@@ -150,3 +150,19 @@ fn bench_times_validate_global_beside_ulfm_agree() {
         );
     }
 }
+
+#[test]
+fn bench_times_the_shrink_beside_ulfm_shrink_after_a_kill() {
+    // Rank 2 dies at the start; once both ULFM and the stack know it, MPIX_Comm_shrink
+    // and validate_global + Survivors are timed side by side (a smoke run).
+    let lines = run(4, &["bench", "--reps", "5", "--kill", "2"]);
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 3]);
+    for line in &lines {
+        assert_eq!(line["survivors"], 3, "{line}");
+        assert_eq!(line["live_size"], 3, "{line}");
+        for op in ["ulfm_shrink", "validate_global_and_renumber"] {
+            let median = line["median_us"][op].as_f64().unwrap();
+            assert!(median > 0.0 && median.is_finite(), "{op}: {line}");
+        }
+    }
+}

@@ -18,9 +18,11 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
+use ft_core::shrink::Survivors;
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
 use mpi::collective::CommunicatorCollectives;
 use mpi::environment::Threading;
+use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
@@ -40,7 +42,9 @@ enum Command {
     Job(JobCommand),
     /// Times, at every rank, `MPI_Barrier`, ULFM's `MPIX_Comm_agree` and this library's
     /// `validate_global`, all failure-free and interleaved, `--reps` times each; prints
-    /// the medians and their ratios to `MPIX_Comm_agree`.
+    /// the medians and their ratios to `MPIX_Comm_agree`. With `--kill R`, once rank R
+    /// is dead, times ULFM's `MPIX_Comm_shrink` beside `validate_global` plus the shrink
+    /// renumbering (`Survivors`) instead.
     Bench {
         /// Repetitions of each operation.
         #[arg(long, default_value_t = 100)]
@@ -81,7 +85,10 @@ fn main() -> ExitCode {
                 StdDuration::from_micros(*spin_us),
                 StdDuration::from_micros(*idle_us),
             );
-            bench(&universe.world(), driver, job, *reps)
+            match job.kill {
+                None => bench(&universe.world(), driver, job, *reps),
+                Some(dead) => bench_shrink(&universe.world(), driver, job, *reps, dead),
+            }
         }),
     };
     match result {
@@ -148,5 +155,81 @@ fn bench(
     Ok(Finished {
         line,
         saw_failure: ft_jobs::saw_failure(&driver),
+    })
+}
+
+/// `ftmpi bench --kill R`: prints `{"rank", "n", "reps", "dead", "median_us":
+/// {"ulfm_shrink", "validate_global_and_renumber"}, "ratio_to_ulfm_shrink"}`. Once both
+/// ULFM (a first shrink) and this library (a first `validate_global` holding R) know
+/// rank R dead, each repetition starts from a barrier on the shrunk communicator and
+/// times a shrink of the world, then a global validation and the renumbering of its `G`.
+fn bench_shrink(
+    world: &SimpleCommunicator,
+    mut driver: RankDriver<MpiTransport>,
+    job: &JobArgs,
+    reps: u32,
+    dead: u32,
+) -> Result<Finished, String> {
+    let limit = StdDuration::from_secs(job.limit_s);
+    // Collectives on the world must report the dead rank, not abort the job.
+    // SAFETY: a valid communicator; the handler is MPI's own.
+    let code =
+        unsafe { mpi::ffi::MPI_Comm_set_errhandler(world.as_raw(), mpi::ffi::RSMPI_ERRORS_RETURN) };
+    if code != 0 {
+        return Err(format!("MPI_Comm_set_errhandler failed ({code})"));
+    }
+    // The killed rank waits here for its kill timer.
+    driver
+        .run_until(
+            &format!("learning that rank {dead} died"),
+            limit,
+            |stack, events| {
+                events.clear();
+                stack
+                    .node()
+                    .view()
+                    .known_failed()
+                    .contains(dead)
+                    .then_some(())
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    ft_jobs::validate_once(&mut driver, limit)?;
+    let live = backend_mpi::ulfm::shrink(world).map_err(|e| e.to_string())?;
+    let mut times: [Vec<f64>; 2] = Default::default();
+    let micros = |since: WallInstant| since.elapsed().as_secs_f64() * 1e6;
+    let mut survivors = 0;
+    for _ in 0..reps {
+        live.barrier();
+        let since = WallInstant::now();
+        drop(backend_mpi::ulfm::shrink(world).map_err(|e| e.to_string())?);
+        times[0].push(micros(since));
+
+        live.barrier();
+        let since = WallInstant::now();
+        ft_jobs::validate_once(&mut driver, limit)?;
+        let g = driver.machine().node().view().global();
+        survivors = Survivors::new(g).len();
+        times[1].push(micros(since));
+    }
+    let [shrink, ours] = times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
+    });
+    let line = json!({
+        "rank": world.rank(),
+        "live_rank": live.rank(),
+        "n": world.size(),
+        "dead": dead,
+        "survivors": survivors,
+        "live_size": live.size(),
+        "reps": reps,
+        "median_us": {"ulfm_shrink": shrink, "validate_global_and_renumber": ours},
+        "ratio_to_ulfm_shrink": ours / shrink,
+    })
+    .to_string();
+    Ok(Finished {
+        line,
+        saw_failure: true,
     })
 }
