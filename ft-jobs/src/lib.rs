@@ -273,6 +273,32 @@ pub fn validate_once<T: Transport>(
         .map_err(|e| e.to_string())?
 }
 
+/// Runs the stack until it knows rank `dead` failed (or stops, or `limit` passes).
+pub fn await_death<T: Transport>(
+    driver: &mut RankDriver<T>,
+    dead: Rank,
+    limit: StdDuration,
+) -> Result<(), String> {
+    driver
+        .run_until(
+            &format!("learning that rank {dead} died"),
+            limit,
+            |stack, events| {
+                if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
+                    return Some(Err(stop));
+                }
+                events.clear();
+                stack
+                    .node()
+                    .view()
+                    .known_failed()
+                    .contains(dead)
+                    .then_some(Ok(()))
+            },
+        )
+        .map_err(|e| e.to_string())?
+}
+
 /// Why the rank stopped, if `event` says it did.
 fn stopped(event: &StackEvent) -> Option<String> {
     match event {
@@ -300,24 +326,7 @@ pub fn validate<T: JobTransport>(
     if let Some(dead) = args.kill {
         // Everyone validates again once it knows the dead rank, so the last G holds it.
         // (The killed rank waits here until its kill timer fires.)
-        driver
-            .run_until(
-                &format!("learning that rank {dead} died"),
-                limit,
-                |stack, events| {
-                    if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
-                        return Some(Err(stop));
-                    }
-                    events.clear();
-                    stack
-                        .node()
-                        .view()
-                        .known_failed()
-                        .contains(dead)
-                        .then_some(Ok(()))
-                },
-            )
-            .map_err(|e| e.to_string())??;
+        await_death(&mut driver, dead, limit)?;
         validations.push(validate_once(&mut driver, limit)?);
     }
     driver

@@ -179,21 +179,7 @@ fn bench_shrink(
         return Err(format!("MPI_Comm_set_errhandler failed ({code})"));
     }
     // The killed rank waits here for its kill timer.
-    driver
-        .run_until(
-            &format!("learning that rank {dead} died"),
-            limit,
-            |stack, events| {
-                events.clear();
-                stack
-                    .node()
-                    .view()
-                    .known_failed()
-                    .contains(dead)
-                    .then_some(())
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    ft_jobs::await_death(&mut driver, dead, limit)?;
     ft_jobs::validate_once(&mut driver, limit)?;
     let live = backend_mpi::ulfm::shrink(world).map_err(|e| e.to_string())?;
     let mut times: [Vec<f64>; 2] = Default::default();
