@@ -10,8 +10,8 @@
 //!   threads blocking commands (`validate_local`, `validate_global`,
 //!   `start_broadcast`, `wait_outputs`) and a published [`ViewSnapshot`] of the
 //!   failure view;
-//! - [`shared`] (crate-private): the one structure both sides touch, built on the
-//!   [`sync`] shim so that `RUSTFLAGS="--cfg loom" cargo test -p ft-runtime` model-checks
+//! - `shared` (crate-private): the one structure both sides touch, built on the
+//!   `sync` shim so that `RUSTFLAGS="--cfg loom" cargo test -p ft-runtime` model-checks
 //!   it with loom.
 //!
 //! No protocol logic lives here (the stack is `ft_bcast::RankStack`) and no network
