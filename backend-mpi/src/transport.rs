@@ -106,10 +106,7 @@ impl MpiTransport {
     /// call it), with errors returned instead of aborting.
     pub fn new(comm: &SimpleCommunicator) -> Result<Self, MpiError> {
         let comm = comm.duplicate();
-        // SAFETY: `comm` is a valid communicator we own; the handler is MPI's own.
-        check("MPI_Comm_set_errhandler", unsafe {
-            ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN)
-        })?;
+        errors_return(&comm)?;
         let me = comm.rank() as Rank;
         let n = comm.size() as u32;
         Ok(MpiTransport {
@@ -343,6 +340,15 @@ fn error_string(code: c_int) -> String {
     }
     buf.truncate(usize::try_from(len).unwrap_or(0).min(512));
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Makes MPI calls on `comm` return their errors (a dead peer among them) instead of
+/// aborting the job.
+pub fn errors_return(comm: &SimpleCommunicator) -> Result<(), MpiError> {
+    // SAFETY: `comm` is a valid communicator; the handler is MPI's own.
+    check("MPI_Comm_set_errhandler", unsafe {
+        ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN)
+    })
 }
 
 pub(crate) fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {

@@ -21,7 +21,7 @@ use ft_core::Rank;
 use ft_runtime::{Received, Transport};
 use serde_json::json;
 
-use crate::{validate_once, Finished, JobArgs, Launch};
+use crate::{median, validate_once, Finished, JobArgs, Launch};
 
 /// The first bytes of every raw-phase frame (no stack frame starts so: its first byte
 /// is the wire version).
@@ -189,12 +189,6 @@ pub fn latency<L: Launch>(launch: &L, args: &JobArgs, reps: u32) -> Result<Finis
         line,
         saw_failure: crate::saw_failure(&driver),
     })
-}
-
-/// The median of `times` (`None` if empty).
-fn median(mut times: Vec<f64>) -> Option<f64> {
-    times.sort_by(f64::total_cmp);
-    times.get(times.len() / 2).copied()
 }
 
 #[cfg(test)]

@@ -27,11 +27,10 @@ pub mod conformance;
 pub mod latency;
 pub mod report;
 
+use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
-use std::path::PathBuf;
-
 use clap::{Args, Subcommand, ValueEnum};
 use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
 use ft_core::detector::DetectorConfig;
@@ -91,6 +90,14 @@ pub struct JobArgs {
 impl JobArgs {
     fn limit(&self) -> StdDuration {
         StdDuration::from_secs(self.limit_s)
+    }
+
+    /// Checks the options against a job of `n` ranks (`--kill` must name one of them).
+    pub fn check(&self, n: u32) -> Result<(), String> {
+        match self.kill {
+            Some(k) if k >= n => Err(format!("--kill names a rank outside 0..{n}")),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -203,9 +210,7 @@ pub type RankDriver<T> = Driver<RankStack, T>;
 /// stack on it, with the kill timer armed if this rank is to die at a time.
 pub fn start<L: Launch>(launch: &L, args: &JobArgs) -> Result<RankDriver<L::Transport>, String> {
     let n = launch.size();
-    if args.kill.is_some_and(|k| k >= n) {
-        return Err(format!("--kill names a rank outside 0..{n}"));
-    }
+    args.check(n)?;
     let transport = launch.connect()?;
     Ok(drive(transport, launch.rank(), n, args))
 }
@@ -591,6 +596,12 @@ pub fn stats<T: JobTransport>(driver: &RankDriver<T>) -> Value {
         (driver.now().as_nanos() / 1_000_000).into(),
     );
     Value::Object(stats)
+}
+
+/// The median of `times` (`None` if empty).
+pub fn median(mut times: Vec<f64>) -> Option<f64> {
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied()
 }
 
 /// Reads and checks a plan file (DESIGN.md's contract).

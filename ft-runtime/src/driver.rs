@@ -168,9 +168,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// faster peers); a frame the machine rejects is counted, as in [`Driver::pump`].
     pub fn deliver(&mut self, from: Rank, bytes: &[u8]) -> Result<(), T::Error> {
         let now = self.now();
-        if self.machine.handle_message(now, from, bytes).is_err() {
-            self.stats.rejected += 1;
-        }
+        hand_over(&mut self.machine, &mut self.stats, now, from, bytes);
         self.last_activity = WallInstant::now();
         self.flush(now)
     }
@@ -190,9 +188,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                 None => break,
                 Some(Received::Frame { from, bytes }) => {
                     busy = true;
-                    if self.machine.handle_message(now, from, bytes).is_err() {
-                        self.stats.rejected += 1;
-                    }
+                    hand_over(&mut self.machine, &mut self.stats, now, from, bytes);
                 }
                 Some(Received::Oversized { .. }) => {
                     busy = true;
@@ -301,6 +297,20 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             self.events.push_back((now, event));
         }
         Ok(())
+    }
+}
+
+/// Gives `machine` one received frame; a rejected one is counted in `stats`, never
+/// fatal (a free function: in [`Driver::pump`] the frame borrows the transport).
+fn hand_over<P: Protocol>(
+    machine: &mut P,
+    stats: &mut DriverStats,
+    now: Instant,
+    from: Rank,
+    bytes: &[u8],
+) {
+    if machine.handle_message(now, from, bytes).is_err() {
+        stats.rejected += 1;
     }
 }
 

@@ -22,7 +22,6 @@ use ft_core::shrink::Survivors;
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
 use mpi::collective::CommunicatorCollectives;
 use mpi::environment::Threading;
-use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
@@ -140,10 +139,7 @@ fn bench(
         ft_jobs::validate_once(&mut driver, limit)?;
         times[2].push(micros(since));
     }
-    let [barrier, agree, ours] = times.map(|mut t| {
-        t.sort_by(f64::total_cmp);
-        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
-    });
+    let [barrier, agree, ours] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
     let line = json!({
         "rank": world.rank(),
         "n": world.size(),
@@ -172,12 +168,7 @@ fn bench_shrink(
 ) -> Result<Finished, String> {
     let limit = StdDuration::from_secs(job.limit_s);
     // Collectives on the world must report the dead rank, not abort the job.
-    // SAFETY: a valid communicator; the handler is MPI's own.
-    let code =
-        unsafe { mpi::ffi::MPI_Comm_set_errhandler(world.as_raw(), mpi::ffi::RSMPI_ERRORS_RETURN) };
-    if code != 0 {
-        return Err(format!("MPI_Comm_set_errhandler failed ({code})"));
-    }
+    backend_mpi::transport::errors_return(world).map_err(|e| e.to_string())?;
     // The killed rank waits here for its kill timer.
     ft_jobs::await_death(&mut driver, dead, limit)?;
     ft_jobs::validate_once(&mut driver, limit)?;
@@ -198,10 +189,7 @@ fn bench_shrink(
         survivors = Survivors::new(g).len();
         times[1].push(micros(since));
     }
-    let [shrink, ours] = times.map(|mut t| {
-        t.sort_by(f64::total_cmp);
-        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
-    });
+    let [shrink, ours] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
     let line = json!({
         "rank": world.rank(),
         "live_rank": live.rank(),

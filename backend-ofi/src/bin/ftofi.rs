@@ -148,9 +148,7 @@ fn launch(cli: &Cli) -> Result<(), String> {
         return Err("-n must be at least 1".into());
     }
     let job = cli.command.args();
-    if job.kill.is_some_and(|k| k >= n) {
-        return Err(format!("--kill names a rank outside 0..{n}"));
-    }
+    job.check(n)?;
     let rendezvous = Rendezvous::new()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find ftofi itself: {e}"))?;
     let (done, exits) = mpsc::channel();
