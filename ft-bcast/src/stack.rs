@@ -322,6 +322,7 @@ mod tests {
             period: Duration::from_millis(10),
             timeout: Duration::from_millis(40),
             phase: Duration::from_millis(u64::from(me)),
+            span: ft_core::detector::DEFAULT_SPAN,
         }
     }
 

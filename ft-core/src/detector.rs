@@ -124,7 +124,15 @@ pub struct DetectorConfig {
     /// Delay of the first heartbeat after creation (below `period`); backends may spread
     /// ranks over the period with it, from a seeded generator.
     pub phase: Duration,
+    /// The longest run of adjacent ranks whose joint death is found in one timeout: each
+    /// rank also watches its `span`-th live predecessor (see the module documentation).
+    /// Set it to the ranks per node, or leave [`DEFAULT_SPAN`]; `0` or `1` turns the
+    /// long edge off.
+    pub span: u32,
 }
+
+/// The default [`DetectorConfig::span`]: nodes of up to 64 ranks.
+pub const DEFAULT_SPAN: u32 = 64;
 
 /// What the detector reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -782,6 +790,7 @@ mod tests {
             period: Duration::from_millis(10),
             timeout: Duration::from_millis(40),
             phase: Duration::ZERO,
+            span: DEFAULT_SPAN,
         }
     }
 

@@ -437,6 +437,7 @@ mod tests {
             period: Duration::from_millis(10),
             timeout: Duration::from_millis(40),
             phase: Duration::ZERO,
+            span: crate::detector::DEFAULT_SPAN,
         }
     }
 

@@ -227,6 +227,7 @@ pub fn drive<T: Transport>(transport: T, me: Rank, n: u32, args: &JobArgs) -> Ra
         timeout: Duration::from_millis(args.timeout_ms),
         // Heartbeats spread over the period.
         phase: Duration::from_nanos(period.as_nanos() * u64::from(me) / u64::from(n)),
+        span: ft_core::detector::DEFAULT_SPAN,
     };
     let origin = WallInstant::now();
     if args.kill == Some(me) && args.kill_on.is_none() {

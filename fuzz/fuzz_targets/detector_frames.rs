@@ -105,6 +105,7 @@ fuzz_target!(|input: Input| {
         period,
         timeout: period + Duration::from_millis(u64::from(input.timeout_ms % 50) + 1),
         phase: Duration::ZERO,
+        span: u32::from(input.me % 8),
     };
     let mut detector = Detector::new(config, Instant::ZERO);
     let mut node = Node::new(config, Instant::ZERO);
