@@ -51,7 +51,7 @@ use ft_core::wire::{self, FrameKind};
 use ft_core::{Duration, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
-use crate::scenario::{ActionKind, KillPoint, Phases, Scenario};
+use crate::scenario::{ActionKind, KillPoint, Phases, Scenario, Victims};
 
 /// Frames up to this many bytes are stored inline (no allocation).
 pub const INLINE: usize = 62;
@@ -75,7 +75,8 @@ pub enum Observation {
     Validated {
         /// `"local"` or `"global"`.
         kind: &'static str,
-        /// When the validation was started (the action's time for collective ones).
+        /// When the machine saw it start, if it knows (the machine's `now` otherwise); the
+        /// engine puts in the time of the action that started it.
         started: Instant,
         /// `L_i` (local) or `G` (global) it returned.
         result: Vec<Rank>,
@@ -107,6 +108,8 @@ pub struct RankSetup {
     pub phase: Duration,
     /// A per-rank seed derived from the scenario's.
     pub seed: u64,
+    /// The detector span: the scenario's `ranks_per_node`, or the core's default.
+    pub span: u32,
 }
 
 /// What the engine needs from a rank's machine beyond the protocol face.
@@ -285,6 +288,27 @@ pub struct Log {
     pub received: HashMap<Rank, Vec<ReceivedLog>>,
     /// Ranks that left the run.
     pub departures: HashMap<Rank, Departure>,
+    /// The first departure's time, and the frames per kind code sent before it: the
+    /// steady state of a run, before any failure.
+    pub before_first_departure: Option<(Instant, Vec<u64>)>,
+    /// Per rank and validation kind (`"local"`, `"global"`): when the action that started
+    /// the validation running there ran (taken when it finishes).
+    validation_started: HashMap<(Rank, &'static str), Instant>,
+}
+
+/// The scenario's settings the report judges a run by, in engine units.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    /// Heartbeat period.
+    pub period: Duration,
+    /// Detector timeout.
+    pub timeout: Duration,
+    /// The scenario's `ranks_per_node`, if it declared one.
+    pub ranks_per_node: Option<u32>,
+    /// The detector span every rank runs with.
+    pub span: u32,
+    /// The checked kills, in file order.
+    pub kills: Vec<(Victims, KillPoint)>,
 }
 
 /// The network parameters in engine units.
@@ -311,6 +335,29 @@ impl NetModel {
     pub fn max_delay(&self, bytes: usize) -> Duration {
         self.latency + self.jitter + Duration::from_nanos(self.ps_per_byte * bytes as u64 / 1000)
     }
+
+    /// One message delay for detection bounds: latency plus the jitter bound (a frame's
+    /// size adds picoseconds per byte, which these bounds leave out).
+    pub fn delay(&self) -> Duration {
+        self.latency + self.jitter
+    }
+}
+
+/// `⌈log2 n⌉` (0 for `n ≤ 1`).
+pub fn ceil_log2(n: u32) -> u32 {
+    32 - n.saturating_sub(1).leading_zeros()
+}
+
+/// The detector's promise for a run of `k` adjacent deaths (issue 11, item 1): every
+/// survivor knows every rank of it within
+/// `2·timeout + period + (⌈log2 n⌉ + 4)·delay` after the last of them died, where
+/// `delay` is [`NetModel::delay`], for `k ≤ span`; a longer run may take one more
+/// `timeout` per doubling past the span (`⌈log2 ⌈k / span⌉⌉` of them).
+pub fn detection_bound(n: u32, k: u32, settings: &RunSettings, net: &NetModel) -> Duration {
+    let doublings = ceil_log2(k.div_ceil(settings.span.max(1)));
+    settings.timeout.saturating_mul(2 + u64::from(doublings))
+        + settings.period
+        + net.delay().saturating_mul(u64::from(ceil_log2(n) + 4))
 }
 
 /// Hints the CPU to bring every cache line of `value` closer (no effect on results).
@@ -405,6 +452,7 @@ pub struct Sim<P: SimRank> {
     rng: SplitMix,
     step_kills: HashMap<Rank, Vec<StepKill>>,
     actions: Vec<(ActionKind, u32)>,
+    settings: RunSettings,
     buf: Vec<u8>,
     budget: u64,
     log: Log,
@@ -421,6 +469,7 @@ impl<P: SimRank> Sim<P> {
         let period = Duration::from_nanos((scenario.detector.period_ms * 1e6).round() as u64);
         let timeout = Duration::from_nanos((scenario.detector.timeout_ms * 1e6).round() as u64);
         let mut rng = SplitMix::new(scenario.seed);
+        let span = scenario.detector_span();
         let mut machines = Vec::with_capacity(n as usize);
         for rank in 0..n {
             let seed = rng.next_u64();
@@ -439,6 +488,7 @@ impl<P: SimRank> Sim<P> {
                 timeout,
                 phase,
                 seed,
+                span,
             }));
         }
         let mut sim = Sim {
@@ -453,6 +503,13 @@ impl<P: SimRank> Sim<P> {
             rng,
             step_kills: HashMap::new(),
             actions: Vec::new(),
+            settings: RunSettings {
+                period,
+                timeout,
+                ranks_per_node: scenario.ranks_per_node,
+                span,
+                kills: scenario.kills(),
+            },
             buf: vec![0u8; wire::frame_capacity(n)],
             budget: u64::MAX,
             log: Log {
@@ -460,22 +517,28 @@ impl<P: SimRank> Sim<P> {
                 ..Log::default()
             },
         };
-        for kill in &scenario.kill {
-            match kill.point() {
-                Ok(KillPoint::At(at)) => sim
-                    .queue
-                    .push(ms(at).as_nanos(), Ev::Kill { rank: kill.rank }),
-                Ok(KillPoint::BeforeSend { family, nth }) => {
-                    if let Some(slot) = sim.slots.get_mut(kill.rank as usize) {
+        for (victims, point) in sim.settings.kills.clone() {
+            match (point, victims) {
+                (KillPoint::At(at), victims) => {
+                    for rank in victims.ranks(n) {
+                        sim.queue.push(ms(at).as_nanos(), Ev::Kill { rank });
+                    }
+                }
+                (KillPoint::BeforeSend { family, nth }, Victims::Rank(rank)) => {
+                    if let Some(slot) = sim.slots.get_mut(rank as usize) {
                         slot.step_kill = true;
                     }
-                    sim.step_kills.entry(kill.rank).or_default().push(StepKill {
+                    sim.step_kills.entry(rank).or_default().push(StepKill {
                         family,
                         nth,
                         seen: 0,
                     })
                 }
-                Err(e) => return Err(SimError::Unsupported(e)),
+                (KillPoint::BeforeSend { .. }, block) => {
+                    return Err(SimError::Unsupported(format!(
+                        "{block}: a step kill names one rank"
+                    )))
+                }
             }
         }
         let mut counts: HashMap<&'static str, u32> = HashMap::new();
@@ -551,6 +614,14 @@ impl<P: SimRank> Sim<P> {
     pub fn net(&self) -> &NetModel {
         &self.net
     }
+    /// The scenario's settings (detector, kills).
+    pub fn settings(&self) -> &RunSettings {
+        &self.settings
+    }
+    /// This run's [`detection_bound`] for a run of `k` adjacent deaths.
+    pub fn detection_bound(&self, k: u32) -> Duration {
+        detection_bound(self.size(), k, &self.settings, &self.net)
+    }
 
     // ----- driving -----
 
@@ -562,11 +633,18 @@ impl<P: SimRank> Sim<P> {
                 let now = self.now;
                 // A rank that refuses (stopped meanwhile, a validation still running) is
                 // left out of this action; the report counts and names the refusals.
-                if let Err(why) = self.slots[rank as usize].machine.apply(now, action, index) {
-                    self.log.refused_actions += 1;
-                    self.log
-                        .first_refusal
-                        .get_or_insert((rank, format!("{}: {why}", action.name())));
+                match self.slots[rank as usize].machine.apply(now, action, index) {
+                    Ok(()) => {
+                        if let Some(kind) = action.validation_kind() {
+                            self.log.validation_started.insert((rank, kind), now);
+                        }
+                    }
+                    Err(why) => {
+                        self.log.refused_actions += 1;
+                        self.log
+                            .first_refusal
+                            .get_or_insert((rank, format!("{}: {why}", action.name())));
+                    }
                 }
                 self.settle(rank);
             }
@@ -720,6 +798,9 @@ impl<P: SimRank> Sim<P> {
         }
         self.slots[rank as usize].alive = false;
         self.slots[rank as usize].wake = Instant::MAX;
+        if self.log.departures.is_empty() {
+            self.log.before_first_departure = Some((self.now, self.log.by_kind.clone()));
+        }
         self.log.departures.insert(rank, how);
     }
 
@@ -854,17 +935,25 @@ impl<P: SimRank> Sim<P> {
                 kind,
                 started,
                 result,
-            } => self
-                .log
-                .validations
-                .entry(rank)
-                .or_default()
-                .push(ValidationLog {
-                    kind,
-                    started,
-                    finished: now,
-                    result,
-                }),
+            } => {
+                // The action that started it, if the engine ran one (a test may call
+                // the machine directly).
+                let started = self
+                    .log
+                    .validation_started
+                    .remove(&(rank, kind))
+                    .unwrap_or(started);
+                self.log
+                    .validations
+                    .entry(rank)
+                    .or_default()
+                    .push(ValidationLog {
+                        kind,
+                        started,
+                        finished: now,
+                        result,
+                    })
+            }
             Observation::Received { broadcast, outputs } => self
                 .log
                 .received

@@ -23,7 +23,7 @@ pub fn detector_config(setup: &RankSetup) -> DetectorConfig {
         period: setup.period,
         timeout: setup.timeout,
         phase: setup.phase,
-        span: ft_core::detector::DEFAULT_SPAN,
+        span: setup.span,
     }
 }
 

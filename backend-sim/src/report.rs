@@ -1,9 +1,17 @@
 //! The run report of `ftsim run` (DESIGN.md's contract): built from a finished [`Sim`],
 //! rendered as JSON (`--json`) or readable text.
 //!
-//! The JSON holds exactly the contract's fields (`per_rank` is left out with
-//! `--summary`); figures beyond the contract (frames per kind, rejected frames, wall
+//! The JSON holds the contract's fields (`per_rank` is left out with `--summary`) and
+//! the detector's figures a node failure is judged by: `ranks_per_node` and
+//! `detector_span`, `heartbeats_per_rank_per_period` (steady state, before the first
+//! death) and, per block kill, `blocks` (how long until every survivor knew all of it,
+//! against [`crate::engine::detection_bound`]). Other figures (frames per kind, rejected frames, wall
 //! time) are only in the text form and in [`Report::extra`].
+//!
+//! Heartbeat rate: the engine keeps the frames per kind sent before the first departure
+//! (or the whole run, without one); `Heartbeat` frames over `ranks · window / period`.
+//! Heartbeat phases are spread over the period (seeded or staggered), so a window
+//! shorter than a period still gives the rate, not a start-up artefact.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,6 +22,7 @@ use ft_core::wire::FrameKind;
 use ft_core::{Instant, Rank};
 
 use crate::engine::{Departure, ReceivedLog, Sim, SimRank};
+use crate::scenario::{KillPoint, Victims};
 
 /// The run report.
 #[derive(Clone, Debug, Serialize)]
@@ -33,6 +42,15 @@ pub struct Report {
     pub per_rank: Option<Vec<RankReport>>,
     /// Every rank that failed (killed or declared dead).
     pub detections: Vec<Detection>,
+    /// The scenario's `ranks_per_node` (null if it declared none).
+    pub ranks_per_node: Option<u32>,
+    /// The detector span every rank ran with.
+    pub detector_span: u32,
+    /// `Heartbeat` frames per rank per period before the first death (null if a rank
+    /// died at time 0).
+    pub heartbeats_per_rank_per_period: Option<f64>,
+    /// Per block kill (at a time), in file order.
+    pub blocks: Vec<BlockDetection>,
     /// Figures beyond the contract.
     #[serde(skip)]
     pub extra: Extra,
@@ -90,6 +108,27 @@ pub struct Detection {
     pub all_survivors_ms: Option<f64>,
     /// Largest hop count of a notice about it.
     pub max_hops: u32,
+}
+
+/// How one killed block was detected, against the detector's bound.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockDetection {
+    /// First rank (ring order).
+    pub first: Rank,
+    /// Last rank (ring order; below `first` when the block wraps).
+    pub last: Rank,
+    /// Ranks in the block.
+    pub ranks: u32,
+    /// When it was killed, ms.
+    pub killed_ms: f64,
+    /// When the last survivor learned the last of its ranks, ms (null if some never did).
+    pub all_survivors_ms: Option<f64>,
+    /// `all_survivors_ms - killed_ms`.
+    pub detection_ms: Option<f64>,
+    /// [`crate::engine::detection_bound`] for this block, ms.
+    pub bound_ms: f64,
+    /// `detection_ms <= bound_ms`.
+    pub within_bound: bool,
 }
 
 /// Figures beyond the contract.
@@ -202,6 +241,58 @@ fn summarize_globals<P: SimRank>(sim: &Sim<P>, survivors: &[Rank]) -> Vec<Global
     out
 }
 
+/// `Heartbeat` frames per rank per period before the first departure (see the module
+/// docs).
+fn heartbeat_rate<P: SimRank>(sim: &Sim<P>) -> Option<f64> {
+    let log = sim.log();
+    let (end, by_kind) = match &log.before_first_departure {
+        Some((at, by_kind)) => (*at, by_kind),
+        None => (sim.now(), &log.by_kind),
+    };
+    let periods = end.as_nanos() as f64 / sim.settings().period.as_nanos() as f64;
+    let heartbeats = by_kind[FrameKind::Heartbeat as usize] as f64;
+    (periods > 0.0).then(|| heartbeats / (f64::from(sim.size()) * periods))
+}
+
+/// One entry per block killed at a time.
+fn block_detections<P: SimRank>(sim: &Sim<P>, detections: &[Detection]) -> Vec<BlockDetection> {
+    let n = sim.size();
+    let known_by_all = |rank: Rank| {
+        detections
+            .iter()
+            .find(|d| d.rank == rank)
+            .and_then(|d| d.all_survivors_ms)
+    };
+    sim.settings()
+        .kills
+        .iter()
+        .filter_map(|(victims, point)| match (victims, point) {
+            (&Victims::Block { first, last }, &KillPoint::At(killed_ms)) => {
+                Some((first, last, victims, killed_ms))
+            }
+            _ => None,
+        })
+        .map(|(first, last, victims, killed_ms)| {
+            let all_survivors_ms = victims
+                .ranks(n)
+                .map(known_by_all)
+                .try_fold(0.0f64, |latest, t| Some(latest.max(t?)));
+            let detection_ms = all_survivors_ms.map(|t| t - killed_ms);
+            let bound_ms = sim.detection_bound(victims.len(n)).as_millis_f64();
+            BlockDetection {
+                first,
+                last,
+                ranks: victims.len(n),
+                killed_ms,
+                all_survivors_ms,
+                detection_ms,
+                bound_ms,
+                within_bound: detection_ms.is_some_and(|d| d <= bound_ms),
+            }
+        })
+        .collect()
+}
+
 impl Report {
     /// The report of `sim` as it stands; `per_rank` only when asked for.
     pub fn build<P: SimRank>(sim: &Sim<P>, per_rank: bool) -> Report {
@@ -258,7 +349,7 @@ impl Report {
             }
         }
         extra.global_validations = summarize_globals(sim, &survivors);
-        let detections = failed
+        let detections: Vec<Detection> = failed
             .iter()
             .map(|&rank| {
                 let entry = log.detections.get(&rank);
@@ -284,6 +375,7 @@ impl Report {
                 }
             })
             .collect();
+        let blocks = block_detections(sim, &detections);
         let per_rank = per_rank.then(|| {
             (0..n)
                 .map(|rank| {
@@ -324,6 +416,10 @@ impl Report {
             bytes: log.bytes,
             per_rank,
             detections,
+            ranks_per_node: sim.settings().ranks_per_node,
+            detector_span: sim.settings().span,
+            heartbeats_per_rank_per_period: heartbeat_rate(sim),
+            blocks,
             extra,
         }
     }
@@ -342,9 +438,20 @@ impl Report {
             "ftsim: {} ranks, simulated {:.3} ms: {} events, {} frames, {} bytes",
             self.ranks, self.until_ms, self.events, self.messages, self.bytes
         );
+        // Runs of consecutive ranks that left at the same time read as one block.
         let list = |v: &[(Rank, f64)]| {
-            v.iter()
-                .map(|(r, t)| format!("{r} @ {t:.3} ms"))
+            let mut runs: Vec<(Rank, Rank, f64)> = Vec::new();
+            for &(r, t) in v {
+                match runs.last_mut() {
+                    Some((_, last, at)) if *last + 1 == r && *at == t => *last = r,
+                    _ => runs.push((r, r, t)),
+                }
+            }
+            runs.iter()
+                .map(|&(first, last, t)| match first == last {
+                    true => format!("{first} @ {t:.3} ms"),
+                    false => format!("{first}..={last} @ {t:.3} ms"),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -366,6 +473,31 @@ impl Report {
             x.survivors, x.survivors_wrong
         );
         let _ = writeln!(s, "frames by kind: {:?}", x.by_kind);
+        let _ = writeln!(
+            s,
+            "detector span: {} ({}); heartbeats per rank per period before the first death: {}",
+            self.detector_span,
+            self.ranks_per_node
+                .map_or("default".to_string(), |r| format!("ranks_per_node = {r}")),
+            self.heartbeats_per_rank_per_period
+                .map_or("n/a".to_string(), |h| format!("{h:.3}"))
+        );
+        for b in &self.blocks {
+            let _ = writeln!(
+                s,
+                "block [{}, {}] ({} ranks) killed @ {:.3} ms: every survivor knew all of it {}; bound {:.4} ms: {}",
+                b.first,
+                b.last,
+                b.ranks,
+                b.killed_ms,
+                b.detection_ms.map_or("never".to_string(), |d| format!(
+                    "after {d:.4} ms = {:.3} × bound",
+                    d / b.bound_ms
+                )),
+                b.bound_ms,
+                if b.within_bound { "pass" } else { "FAIL" }
+            );
+        }
         if x.rejected > 0 {
             let _ = writeln!(s, "frames refused by the machines: {}", x.rejected);
         }

@@ -7,8 +7,27 @@
 //! offending entry (`kill[2]`, `actions[0]`).
 //!
 //! Extensions beyond the contract (optional): `network.jitter_us`, the upper bound of
-//! the uniform random extra delay per message (default: half of `latency_us`), and
-//! `detector.phases`, `"random"` (default) or `"staggered"` heartbeat phases.
+//! the uniform random extra delay per message (default: half of `latency_us`),
+//! `detector.phases`, `"random"` (default) or `"staggered"` heartbeat phases, and
+//! `ranks_per_node` (below).
+//!
+//! # Node failures
+//!
+//! Launchers place ranks on nodes in blocks, so a node failure kills a run of adjacent
+//! ranks at once. A kill may name such a block, `{"ranks": [first, last], "at_ms": t}`,
+//! beside the single-rank form `{"rank": r, ...}`. The block is `first..=last` on the
+//! ring: when `first > last` it wraps, `first..n-1` then `0..=last` (`[n-4, 3]` is eight
+//! ranks). A scenario may declare `"ranks_per_node": R`: every rank's detector then finds
+//! a run of up to `R` adjacent deaths in one timeout (`DetectorConfig::span`; without it,
+//! `ft_core::detector::DEFAULT_SPAN`). Blocks need not line up with `R`.
+//!
+//! Invariants of a checked scenario (parse and [`Scenario::check`]):
+//! - every rank a kill names is `< ranks`, and no block covers every rank (at least one
+//!   rank is left to observe it);
+//! - no rank is named by two kills (a block counts for each of its ranks);
+//! - a block dies at one moment, so it takes `at_ms` only: a step kill (`on`, `kind`,
+//!   `nth`) counts one rank's own frames and names a single `rank`;
+//! - `1 ≤ ranks_per_node ≤ ranks`.
 
 use std::cell::Cell;
 use std::fmt;
@@ -18,6 +37,7 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 use ft_bcast::{OutputSpec, PlanSpec, Strategy, Topology};
+use ft_core::detector::DEFAULT_SPAN;
 use ft_core::Rank;
 
 thread_local! {
@@ -34,6 +54,9 @@ pub struct Scenario {
     /// Seed of every random choice of the run (jitter, heartbeat phases).
     #[serde(default)]
     pub seed: u64,
+    /// Ranks per node (optional): the detector span of every rank (see the module docs).
+    #[serde(default, deserialize_with = "optional_ranks_per_node")]
+    pub ranks_per_node: Option<u32>,
     /// Network model.
     #[serde(default)]
     pub network: Network,
@@ -121,13 +144,17 @@ impl Default for DetectorSettings {
     }
 }
 
-/// One kill: at a time (`at_ms`) or at a protocol step (`on`, `kind`, `nth`).
+/// One kill: of a rank or a block of adjacent ranks, at a time (`at_ms`) or, for a
+/// single rank, at a protocol step (`on`, `kind`, `nth`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Kill {
     /// The rank to kill.
-    #[serde(deserialize_with = "rank")]
-    pub rank: Rank,
+    #[serde(default, deserialize_with = "optional_rank")]
+    pub rank: Option<Rank>,
+    /// The block to kill, `[first, last]` on the ring (wrapping when `first > last`).
+    #[serde(default, deserialize_with = "optional_block")]
+    pub ranks: Option<[Rank; 2]>,
     /// Kill time, milliseconds.
     #[serde(default, deserialize_with = "optional_time_ms")]
     pub at_ms: Option<f64>,
@@ -140,6 +167,66 @@ pub struct Kill {
     /// The rank dies just before sending its `nth` frame of that family (from 1).
     #[serde(default)]
     pub nth: Option<u64>,
+}
+
+/// Who a kill takes, once checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Victims {
+    /// One rank.
+    Rank(Rank),
+    /// The ranks `first..=last` on the ring of `n`: `first..n-1` then `0..=last` when
+    /// `first > last`.
+    Block {
+        /// First rank of the block (in ring order).
+        first: Rank,
+        /// Last rank of the block (in ring order).
+        last: Rank,
+    },
+}
+
+impl Victims {
+    /// How many ranks, in a communicator of `n`.
+    pub fn len(&self, n: u32) -> u32 {
+        match *self {
+            Victims::Rank(_) => 1,
+            Victims::Block { first, last } if first <= last => last - first + 1,
+            Victims::Block { first, last } => n - first + last + 1,
+        }
+    }
+
+    /// The ranks in ring order from the first, in a communicator of `n`.
+    pub fn ranks(&self, n: u32) -> impl Iterator<Item = Rank> {
+        let first = match *self {
+            Victims::Rank(r) => r,
+            Victims::Block { first, .. } => first,
+        };
+        (0..self.len(n)).map(move |i| ((u64::from(first) + u64::from(i)) % u64::from(n)) as Rank)
+    }
+
+    /// Why a block of every rank of `n` is refused (`None` for any other kill).
+    fn leaves_no_survivor(&self, n: u32) -> Option<String> {
+        (matches!(self, Victims::Block { .. }) && self.len(n) >= n)
+            .then(|| format!("{self} covers all {n} ranks (leave at least one survivor)"))
+    }
+
+    /// The ranks as one or two ascending, inclusive ranges (a wrapping block is two).
+    fn ranges(&self, n: u32) -> impl Iterator<Item = (Rank, Rank)> {
+        let (a, b) = match *self {
+            Victims::Rank(r) => ((r, r), None),
+            Victims::Block { first, last } if first <= last => ((first, last), None),
+            Victims::Block { first, last } => ((first, n - 1), Some((0, last))),
+        };
+        std::iter::once(a).chain(b)
+    }
+}
+
+impl fmt::Display for Victims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Victims::Rank(r) => write!(f, "rank {r}"),
+            Victims::Block { first, last } => write!(f, "block [{first}, {last}]"),
+        }
+    }
 }
 
 /// When a kill happens, once checked.
@@ -160,11 +247,25 @@ pub enum KillPoint {
 pub const FAMILIES: [&str; 4] = ["detector", "agree", "bcast", "revoke"];
 
 impl Kill {
+    /// Who dies, or why the entry is inconsistent.
+    pub fn victims(&self) -> Result<Victims, String> {
+        match (self.rank, self.ranks) {
+            (Some(r), None) => Ok(Victims::Rank(r)),
+            (None, Some([first, last])) => Ok(Victims::Block { first, last }),
+            _ => Err("give either \"rank\" or \"ranks\": [first, last]".into()),
+        }
+    }
+
     /// The kill point, or why the entry is inconsistent.
     pub fn point(&self) -> Result<KillPoint, String> {
         match (self.at_ms, &self.on, &self.kind, self.nth) {
             (Some(at), None, None, None) => Ok(KillPoint::At(at)),
             (None, Some(on), Some(kind), Some(nth)) => {
+                if self.ranks.is_some() {
+                    return Err("a block dies at one moment: give it \"at_ms\" (a step \
+                                kill counts one rank's frames and names a single \"rank\")"
+                        .into());
+                }
                 if on != "send" {
                     return Err(format!("\"on\" must be \"send\", not {on:?}"));
                 }
@@ -217,6 +318,15 @@ pub enum ActionKind {
 }
 
 impl ActionKind {
+    /// The kind of validation it runs (`"local"`, `"global"`), as the report names it.
+    pub fn validation_kind(&self) -> Option<&'static str> {
+        match self {
+            ActionKind::ValidateLocal => Some("local"),
+            ActionKind::ValidateGlobal => Some("global"),
+            ActionKind::Broadcast(_) => None,
+        }
+    }
+
     /// The contract's name of the action.
     pub fn name(&self) -> &'static str {
         match self {
@@ -359,15 +469,49 @@ impl Scenario {
                 self.detector.timeout_ms, self.detector.period_ms
             ));
         }
-        for (i, kill) in self.kill.iter().enumerate() {
-            if kill.rank >= self.ranks {
+        if let Some(per_node) = self.ranks_per_node {
+            if per_node > self.ranks {
                 return invalid(format!(
-                    "kill[{i}]: rank {} out of range (ranks = {})",
-                    kill.rank, self.ranks
+                    "\"ranks_per_node\" ({per_node}) exceeds \"ranks\" ({})",
+                    self.ranks
                 ));
             }
-            if let Err(e) = kill.point() {
+        }
+        // Each kill's ranks as ascending ranges, tagged with the entry, to find overlaps.
+        let mut ranges: Vec<(Rank, Rank, usize)> = Vec::new();
+        for (i, kill) in self.kill.iter().enumerate() {
+            let victims = kill
+                .victims()
+                .and_then(|v| kill.point().map(|_| v))
+                .map_err(|e| ScenarioError::Invalid(format!("kill[{i}]: {e}")))?;
+            // Parsing checked these in place when `ranks` was readable; this catches the rest.
+            if let Some(r) = [
+                kill.rank,
+                kill.ranks.map(|b| b[0]),
+                kill.ranks.map(|b| b[1]),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|&r| r >= self.ranks)
+            {
+                return invalid(format!(
+                    "kill[{i}]: rank {r} out of range (ranks = {})",
+                    self.ranks
+                ));
+            }
+            if let Some(e) = victims.leaves_no_survivor(self.ranks) {
                 return invalid(format!("kill[{i}]: {e}"));
+            }
+            ranges.extend(victims.ranges(self.ranks).map(|(a, b)| (a, b, i)));
+        }
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            let ((_, end, i), (start, _, j)) = (pair[0], pair[1]);
+            if start <= end {
+                let (i, j) = (i.min(j), i.max(j));
+                return invalid(format!(
+                    "kill[{j}] and kill[{i}] both kill rank {start} (a rank dies once)"
+                ));
             }
         }
         for (i, action) in self.actions.iter().enumerate() {
@@ -396,6 +540,20 @@ impl Scenario {
         Ok(())
     }
 
+    /// The checked kills, in file order.
+    pub fn kills(&self) -> Vec<(Victims, KillPoint)> {
+        self.kill
+            .iter()
+            .filter_map(|k| Some((k.victims().ok()?, k.point().ok()?)))
+            .collect()
+    }
+
+    /// The detector span of every rank: `ranks_per_node`, or
+    /// [`DEFAULT_SPAN`] when the scenario does not say.
+    pub fn detector_span(&self) -> u32 {
+        self.ranks_per_node.unwrap_or(DEFAULT_SPAN)
+    }
+
     /// The checked actions with their times, in file order.
     pub fn action_kinds(&self) -> Vec<(f64, ActionKind)> {
         self.actions
@@ -417,6 +575,35 @@ fn check_rank<E: de::Error>(r: u64) -> Result<Rank, E> {
 
 fn rank<'de, D: Deserializer<'de>>(d: D) -> Result<Rank, D::Error> {
     check_rank(u64::deserialize(d)?)
+}
+
+fn optional_rank<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Rank>, D::Error> {
+    Option::<u64>::deserialize(d)?.map(check_rank).transpose()
+}
+
+/// A block `[first, last]`: both ranks in range, and not every rank of the ring.
+fn optional_block<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[Rank; 2]>, D::Error> {
+    let Some([first, last]) = Option::<[u64; 2]>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let (first, last) = (
+        check_rank::<D::Error>(first)?,
+        check_rank::<D::Error>(last)?,
+    );
+    if let Some(e) = RANKS
+        .with(|c| c.get())
+        .and_then(|n| Victims::Block { first, last }.leaves_no_survivor(n))
+    {
+        return Err(de::Error::custom(e));
+    }
+    Ok(Some([first, last]))
+}
+
+fn optional_ranks_per_node<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match Option::<u32>::deserialize(d)? {
+        Some(0) => Err(de::Error::custom("\"ranks_per_node\" must be at least 1")),
+        other => Ok(other),
+    }
 }
 
 fn ranks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Rank>, D::Error> {
@@ -530,6 +717,85 @@ mod tests {
             .to_string();
         assert!(
             e.contains("unknown field `colour`") && e.contains("line 1"),
+            "{e}"
+        );
+    }
+
+    fn error_of(kills: &str) -> String {
+        Scenario::from_json(&format!(
+            "{{\"ranks\": 16,\n \"kill\": [{kills}], \"until_ms\": 5}}"
+        ))
+        .unwrap_err()
+        .to_string()
+    }
+
+    #[test]
+    fn a_kill_may_name_a_block_that_wraps_around_the_ring() {
+        let s = Scenario::from_json(
+            r#"{"ranks": 16, "ranks_per_node": 4, "until_ms": 5,
+                "kill": [{"ranks": [4, 7], "at_ms": 1}, {"ranks": [14, 1], "at_ms": 2},
+                         {"rank": 9, "at_ms": 3}, {"rank": 10, "on": "send", "kind": "agree", "nth": 1}]}"#,
+        )
+        .unwrap();
+        let kills = s.kills();
+        assert_eq!(
+            kills[0],
+            (Victims::Block { first: 4, last: 7 }, KillPoint::At(1.0))
+        );
+        assert_eq!(kills[1].0.ranks(16).collect::<Vec<_>>(), [14, 15, 0, 1]);
+        assert_eq!(kills[2].0, Victims::Rank(9));
+        assert_eq!(kills[1].0.to_string(), "block [14, 1]");
+        assert_eq!(s.detector_span(), 4);
+        let plain = Scenario::from_json(r#"{"ranks": 2, "until_ms": 5}"#).unwrap();
+        assert_eq!(plain.detector_span(), DEFAULT_SPAN);
+    }
+
+    #[test]
+    fn bad_blocks_and_overlaps_are_named() {
+        let e = error_of(r#"{"ranks": [3, 16], "at_ms": 1}"#);
+        assert!(
+            e.contains("rank 16 out of range (ranks = 16)") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = error_of(r#"{"ranks": [5, 4], "at_ms": 1}"#);
+        assert!(
+            e.contains("block [5, 4] covers all 16 ranks") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = error_of(r#"{"ranks": [0, 15], "at_ms": 1}"#);
+        assert!(e.contains("covers all 16 ranks"), "{e}");
+        let e = error_of(
+            r#"{"ranks": [2, 5], "at_ms": 1}, {"rank": 9, "at_ms": 1}, {"ranks": [14, 2], "at_ms": 2}"#,
+        );
+        assert_eq!(
+            e,
+            "bad scenario: kill[2] and kill[0] both kill rank 2 (a rank dies once)"
+        );
+        let e = error_of(
+            r#"{"rank": 3, "at_ms": 1}, {"rank": 3, "on": "send", "kind": "agree", "nth": 1}"#,
+        );
+        assert!(e.contains("kill[1] and kill[0] both kill rank 3"), "{e}");
+        let e = error_of(r#"{"ranks": [2, 5], "on": "send", "kind": "agree", "nth": 1}"#);
+        assert!(e.contains("kill[0]: a block dies at one moment"), "{e}");
+        let e = error_of(r#"{"rank": 2, "ranks": [2, 5], "at_ms": 1}"#);
+        assert!(
+            e.contains("kill[0]: give either \"rank\" or \"ranks\""),
+            "{e}"
+        );
+        let e = error_of(r#"{"at_ms": 1}"#);
+        assert!(e.contains("kill[0]: give either"), "{e}");
+        let e = Scenario::from_json(r#"{"ranks": 16, "ranks_per_node": 0, "until_ms": 5}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"ranks_per_node\" must be at least 1") && e.contains("column"),
+            "{e}"
+        );
+        let e = Scenario::from_json(r#"{"ranks": 16, "ranks_per_node": 17, "until_ms": 5}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"ranks_per_node\" (17) exceeds \"ranks\" (16)"),
             "{e}"
         );
     }

@@ -1,6 +1,8 @@
 //! `ftsim plan` through `plan_file::run`: the plan-result contract, Graphviz and text
 //! renderings, and the errors a bad plan file gets.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use backend_sim::plan_file::{self, PlanFileError, PlanFormat};
@@ -11,11 +13,7 @@ fn plans_dir() -> PathBuf {
 
 /// Writes `text` to a fresh temporary plan file and returns its path.
 fn temp_plan(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plan_cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, text).unwrap();
-    path
+    common::temp_file("plan_cli", name, text)
 }
 
 fn error_of(name: &str, text: &str) -> (PlanFileError, String) {

@@ -4,6 +4,15 @@
 //!   contract) and prints the readable report, or the JSON report with `--json`;
 //!   `--summary` leaves the per-rank list out.
 //! - `ftsim plan FILE [--json | --dot]`: builds and prints a broadcast plan.
+//!
+//! Exit codes, the same for both subcommands:
+//! - `0`: done, the report or plan is on stdout;
+//! - `2` ([`BAD_INPUT`]): bad input, nothing ran: a file that cannot be read, is not
+//!   JSON or breaks its contract (scenario or plan), or a bad command line (clap's own
+//!   usage errors exit 2 as well). One message on stderr, `ftsim: FILE: why`;
+//! - `1`: the input was fine but the run failed (the event budget ran out, an action
+//!   the simulator cannot run), a built plan broke an invariant (a bug), or stdout
+//!   could not be written.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +20,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use backend_sim::failure::{run_scenario_keeping_state, RunOptions};
-use backend_sim::plan_file::{self, PlanFormat};
+use backend_sim::plan_file::{self, PlanFileError, PlanFormat};
 use backend_sim::scenario::Scenario;
 
 /// A million-rank run makes hundreds of millions of small allocations (frames, rank
@@ -40,6 +49,9 @@ fn tune_allocator() {
         libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1);
     }
 }
+
+/// The exit code of bad input (see the module docs): clap's for usage errors.
+const BAD_INPUT: u8 = 2;
 
 #[derive(Parser)]
 #[command(
@@ -94,7 +106,7 @@ fn main() -> ExitCode {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("ftsim: {}: {e}", file.display());
-                    return ExitCode::from(2);
+                    return ExitCode::from(BAD_INPUT);
                 }
             };
             let options = RunOptions {
@@ -135,7 +147,11 @@ fn main() -> ExitCode {
                 Ok(out) => emit(&out),
                 Err(e) => {
                     eprintln!("ftsim: {}: {e}", file.display());
-                    ExitCode::FAILURE
+                    match e {
+                        // A built plan that breaks an invariant is a bug, not the file's.
+                        PlanFileError::Check(_) => ExitCode::FAILURE,
+                        _ => ExitCode::from(BAD_INPUT),
+                    }
                 }
             }
         }
