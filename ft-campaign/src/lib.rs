@@ -1,0 +1,46 @@
+//! `ft-campaign`: fault campaigns. `ftcampaign` runs many randomized real jobs on one
+//! backend (`ftofi` over libfabric's `tcp;ofi_rxm` or `sockets`, or `ftmpi` under Open
+//! MPI 5's `mpiexec --with-ft ulfm`), each with real `SIGKILL`s, and reports how many
+//! came out right.
+//!
+//! ```sh
+//! ftcampaign --backend ofi-tcp --runs 50 --seed 1
+//! ftcampaign --backend mpi --runs 50 --seed 1 --json
+//! ftcampaign --backend ofi-tcp --seed 1 --only 17     # replays run 17 alone
+//! ```
+//!
+//! Run `i` of seed `S` is drawn from a generator seeded by `(S, i)` alone
+//! ([`mod@generate`]): a `validate` or `broadcast` job (a random plan file: strategy,
+//! topology, 1–4 outputs of 1 B to 4 MiB, destination sets), 2 to `--ranks-max` ranks,
+//! and a kill list (1–3 random ranks or a block of adjacent ones) that dies at a time,
+//! at the first global validation or at the ranks' activation.
+//!
+//! What each run is checked for ([`verdict`]), reading the survivors' JSON lines with
+//! `ft_jobs::report`:
+//! - **hang**: the job must end within `--job-timeout-s` (else its whole process group
+//!   is killed), and no rank may give up waiting for a step;
+//! - **disagreement**: every survivor returns the same `G` from every validation, `G`
+//!   never holds a rank that was not killed (`G ⊆ F`), and the set the survivors agree
+//!   on once they know every death is exactly the killed set (the validate job's last
+//!   validation; a broadcast's closing validation when the ranks died on activation,
+//!   which it cannot pass without them; when they died at a time, possibly after the
+//!   closing validation, only `G ⊆` killed is checked);
+//! - **lost outputs**: every surviving destination received exactly the outputs the
+//!   plan gives it, byte for byte, and gave nothing up (`report::served`);
+//! - **other**: the launcher or `mpiexec` failed, a survivor stopped with an error (a
+//!   false suspicion, say), a survivor printed no line, or a rank that was to die lived.
+//!
+//! It prints a summary (runs, ok, hangs, disagreements, lost outputs, other failures,
+//! wall time; one JSON object with `--json`) and keeps each failing run's command line,
+//! standard output and error, plan file and replay command under `--logs`; it exits
+//! non-zero if any run failed.
+
+pub mod backend;
+pub mod campaign;
+pub mod generate;
+pub mod verdict;
+
+pub use backend::{Backend, Tools};
+pub use campaign::{Campaign, Summary};
+pub use generate::{generate, GenConfig, Job, JobKind, Moment, Plan, Timing};
+pub use verdict::{judge, Class, Outcome, Verdict};

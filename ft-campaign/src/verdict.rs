@@ -1,0 +1,358 @@
+//! Judging one run from what it left: whether it ended in time, its exit status, the
+//! survivors' JSON lines (read and checked with `ft_jobs::report`) and their standard
+//! error.
+
+use std::fmt;
+
+use ft_core::Rank;
+use ft_jobs::report;
+use serde_json::{json, Value};
+
+use crate::generate::{Job, JobKind, Moment};
+
+/// What a run came to, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// The job ran past its timeout (its process group was killed), or a rank gave up
+    /// waiting for a step (`--limit-s`).
+    Hang,
+    /// The survivors' agreed sets `G` differ, or the last one is not the killed set.
+    Disagreement,
+    /// A surviving destination did not get an output it needs, or got it corrupted, or
+    /// gave the broadcast up.
+    LostOutputs,
+    /// Anything else: the launcher failed, a survivor stopped with an error (a false
+    /// suspicion, ...), a killed rank lived on, a line was unreadable.
+    Other,
+    /// Every check passed.
+    Ok,
+}
+
+impl Class {
+    /// The name used in the summary and the logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Hang => "hang",
+            Class::Disagreement => "disagreement",
+            Class::LostOutputs => "lost-outputs",
+            Class::Other => "other",
+            Class::Ok => "ok",
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A run's class and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// What the run came to.
+    pub class: Class,
+    /// What was wrong (empty when ok).
+    pub detail: String,
+}
+
+impl Verdict {
+    fn new(class: Class, detail: impl Into<String>) -> Self {
+        Verdict {
+            class,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What a finished (or killed) job left behind.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Whether the campaign killed it at its timeout.
+    pub timed_out: bool,
+    /// Whether it exited with status 0.
+    pub success: bool,
+    /// How it ended, for the detail (`exit status: 1`, `signal 9`, ...).
+    pub status: String,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+/// The first lines of `stderr` that say something went wrong.
+fn errors(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("error") || l.contains("ftofi:") || l.contains("ftmpi:")
+        })
+        .take(4)
+        .collect();
+    if lines.is_empty() {
+        stderr.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+    } else {
+        lines.join(" | ")
+    }
+}
+
+/// Classifies a run of `job`.
+pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
+    if outcome.timed_out {
+        return Verdict::new(Class::Hang, "ran past the job timeout and was killed");
+    }
+    if outcome.stderr.contains("timed out after") {
+        return Verdict::new(
+            Class::Hang,
+            format!("a rank gave up waiting: {}", errors(&outcome.stderr)),
+        );
+    }
+    let lines = match report::parse_lines(&outcome.stdout) {
+        Ok(lines) => lines,
+        Err(e) => return Verdict::new(Class::Other, format!("unreadable output: {e}")),
+    };
+    let killed: Vec<Rank> = job.kills.clone();
+    let expected: Vec<u64> = (0..job.ranks)
+        .filter(|r| !killed.contains(r))
+        .map(u64::from)
+        .collect();
+    let got = report::ranks(&lines);
+    if let Some(r) = got.iter().find(|&&r| killed.contains(&(r as Rank))) {
+        return Verdict::new(
+            Class::Other,
+            format!("rank {r} was to die but printed a line"),
+        );
+    }
+    let checked = match &job.kind {
+        JobKind::Validate => check_validate(&lines, &killed),
+        JobKind::Broadcast(plan) => check_broadcast(job, plan, &lines, &killed),
+    };
+    if let Err(verdict) = checked {
+        return verdict;
+    }
+    if got != expected {
+        return Verdict::new(
+            Class::Other,
+            format!(
+                "survivors {got:?}, expected {expected:?} ({}; {})",
+                outcome.status,
+                errors(&outcome.stderr)
+            ),
+        );
+    }
+    if !outcome.success {
+        return Verdict::new(
+            Class::Other,
+            format!(
+                "the launcher failed ({}): {}",
+                outcome.status,
+                errors(&outcome.stderr)
+            ),
+        );
+    }
+    Verdict::new(Class::Ok, "")
+}
+
+/// Whether every rank in the JSON array `set` is in `of`.
+fn subset(set: &Value, of: &[Rank]) -> bool {
+    set.as_array().is_some_and(|a| {
+        a.iter()
+            .all(|r| r.as_u64().is_some_and(|r| of.contains(&(r as Rank))))
+    })
+}
+
+/// A validate job: every validation agreed identically everywhere
+/// (`report::agreed`), every `G` within the killed set, the last exactly it, and each
+/// survivor's `L` equal to it.
+fn check_validate(lines: &[Value], killed: &[Rank]) -> Result<(), Verdict> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let gs = report::agreed(lines).map_err(|e| Verdict::new(Class::Disagreement, e))?;
+    if let Some(g) = gs.iter().find(|g| !subset(g, killed)) {
+        return Err(Verdict::new(
+            Class::Disagreement,
+            format!("G {g} holds a rank that was not killed (killed {killed:?})"),
+        ));
+    }
+    if gs.last() != Some(&json!(killed)) {
+        return Err(Verdict::new(
+            Class::Disagreement,
+            format!("the last G is {:?}, the killed set {killed:?}", gs.last()),
+        ));
+    }
+    if let Some(line) = lines.iter().find(|l| l["L"] != json!(killed)) {
+        return Err(Verdict::new(
+            Class::Other,
+            format!(
+                "rank {}'s L is {} after agreeing on {killed:?} (a late suspicion)",
+                line["rank"], line["L"]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A broadcast job: the closing validation's `G` identical at every survivor, within
+/// the killed set, and exactly it when the ranks died on activation (they never reach
+/// the closing validation, so it cannot end without them); every survivor needs what
+/// the plan says and got it intact (`report::served`).
+fn check_broadcast(
+    job: &Job,
+    plan: &crate::generate::Plan,
+    lines: &[Value],
+    killed: &[Rank],
+) -> Result<(), Verdict> {
+    if let Some(first) = lines.first() {
+        let g = &first["G"];
+        if let Some(other) = lines.iter().find(|l| &l["G"] != g) {
+            return Err(Verdict::new(
+                Class::Disagreement,
+                format!(
+                    "rank {} agreed on G {} but rank {} on {}",
+                    first["rank"], g, other["rank"], other["G"]
+                ),
+            ));
+        }
+        if !subset(g, killed) {
+            return Err(Verdict::new(
+                Class::Disagreement,
+                format!("G {g} holds a rank that was not killed (killed {killed:?})"),
+            ));
+        }
+        if job.moment == Moment::OnActivation && g != &json!(killed) {
+            return Err(Verdict::new(
+                Class::Disagreement,
+                format!("G {g}, but {killed:?} died on activation, before it"),
+            ));
+        }
+    }
+    for line in lines {
+        let rank = line["rank"].as_u64().unwrap_or(u64::MAX) as Rank;
+        if line["needs"] != json!(plan.needs(rank)) {
+            return Err(Verdict::new(
+                Class::Other,
+                format!(
+                    "rank {rank} needs {} but the plan says {:?}",
+                    line["needs"],
+                    plan.needs(rank)
+                ),
+            ));
+        }
+    }
+    report::served(lines).map_err(|e| Verdict::new(Class::LostOutputs, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::{Output, Plan};
+
+    fn validate_job(kills: Vec<Rank>) -> Job {
+        Job {
+            run: 0,
+            ranks: 4,
+            kind: JobKind::Validate,
+            threaded: false,
+            kills,
+            block: false,
+            moment: Moment::AtMs(3),
+        }
+    }
+
+    fn outcome(stdout: &str) -> Outcome {
+        Outcome {
+            timed_out: false,
+            success: true,
+            status: "exit status: 0".into(),
+            stdout: stdout.into(),
+            stderr: String::new(),
+        }
+    }
+
+    fn validation_line(rank: u32, gs: &[Value]) -> String {
+        let v: Vec<Value> = gs
+            .iter()
+            .enumerate()
+            .map(|(e, g)| json!({"epoch": e + 1, "G": g}))
+            .collect();
+        json!({"rank": rank, "validations": v, "L": gs.last()}).to_string()
+    }
+
+    #[test]
+    fn validate_runs_are_judged() {
+        let job = validate_job(vec![1, 2]);
+        let good = [0, 3]
+            .map(|r| validation_line(r, &[json!([]), json!([1, 2])]))
+            .join("\n");
+        assert_eq!(judge(&job, &outcome(&good)).class, Class::Ok);
+
+        let split = [
+            validation_line(0, &[json!([]), json!([1, 2])]),
+            validation_line(3, &[json!([1]), json!([1, 2])]),
+        ]
+        .join("\n");
+        assert_eq!(judge(&job, &outcome(&split)).class, Class::Disagreement);
+
+        let short = [0, 3]
+            .map(|r| validation_line(r, &[json!([]), json!([1])]))
+            .join("\n");
+        assert_eq!(judge(&job, &outcome(&short)).class, Class::Disagreement);
+
+        let missing = validation_line(0, &[json!([]), json!([1, 2])]);
+        assert_eq!(judge(&job, &outcome(&missing)).class, Class::Other);
+
+        let mut hung = outcome(&good);
+        hung.timed_out = true;
+        assert_eq!(judge(&job, &hung).class, Class::Hang);
+        let mut gave_up = outcome(&good);
+        gave_up.stderr = "ftofi: rank 0: timed out after 60s waiting for x".into();
+        assert_eq!(judge(&job, &gave_up).class, Class::Hang);
+    }
+
+    #[test]
+    fn broadcast_runs_are_judged() {
+        let plan = Plan {
+            ranks: 3,
+            root: 0,
+            topology: "binomial".into(),
+            strategy: "per-class".into(),
+            outputs: vec![Output {
+                name: "A".into(),
+                bytes: 10,
+                dests: vec![1, 2],
+            }],
+        };
+        let job = Job {
+            kind: JobKind::Broadcast(plan),
+            ranks: 3,
+            kills: vec![2],
+            moment: Moment::OnActivation,
+            ..validate_job(vec![])
+        };
+        let line = |rank: u32, needs: Value, received: Value, g: Value| {
+            json!({"rank": rank, "needs": needs, "received": received, "verified": true,
+                   "abandoned": false, "G": g})
+            .to_string()
+        };
+        let good = [
+            line(0, json!([]), json!([]), json!([2])),
+            line(1, json!(["A"]), json!(["A"]), json!([2])),
+        ]
+        .join("\n");
+        assert_eq!(judge(&job, &outcome(&good)).class, Class::Ok);
+        let lost = [
+            line(0, json!([]), json!([]), json!([2])),
+            line(1, json!(["A"]), json!([]), json!([2])),
+        ]
+        .join("\n");
+        assert_eq!(judge(&job, &outcome(&lost)).class, Class::LostOutputs);
+        let no_g = [
+            line(0, json!([]), json!([]), json!([])),
+            line(1, json!(["A"]), json!(["A"]), json!([])),
+        ]
+        .join("\n");
+        assert_eq!(judge(&job, &outcome(&no_g)).class, Class::Disagreement);
+    }
+}
