@@ -291,6 +291,9 @@ pub struct Log {
     /// The first departure's time, and the frames per kind code sent before it: the
     /// steady state of a run, before any failure.
     pub before_first_departure: Option<(Instant, Vec<u64>)>,
+    /// The frames per kind code sent before [`RunSettings::tail_from`], once the run got
+    /// there: with the totals, the traffic of the run's last stretch.
+    pub before_tail: Option<Vec<u64>>,
     /// Per rank and validation kind (`"local"`, `"global"`): when the action that started
     /// the validation running there ran (taken when it finishes).
     validation_started: HashMap<(Rank, &'static str), Instant>,
@@ -309,6 +312,9 @@ pub struct RunSettings {
     pub span: u32,
     /// The checked kills, in file order.
     pub kills: Vec<(Victims, KillPoint)>,
+    /// Start of the run's last stretch, whose traffic the report shows as the steady
+    /// state after the failures: the last quarter of the run, at most 10 periods.
+    pub tail_from: Instant,
 }
 
 /// The network parameters in engine units.
@@ -509,6 +515,10 @@ impl<P: SimRank> Sim<P> {
                 ranks_per_node: scenario.ranks_per_node,
                 span,
                 kills: scenario.kills(),
+                tail_from: {
+                    let until = ms(scenario.until_ms).as_nanos();
+                    Instant::from_nanos(until - until.min(period.as_nanos() * 40) / 4)
+                },
             },
             buf: vec![0u8; wire::frame_capacity(n)],
             budget: u64::MAX,
@@ -655,6 +665,9 @@ impl<P: SimRank> Sim<P> {
     /// Processes one event; returns its time, or `None` when nothing is queued.
     pub fn step(&mut self) -> Option<Instant> {
         let (time, ev) = self.queue.pop()?;
+        if self.log.before_tail.is_none() && time >= self.settings.tail_from.as_nanos() {
+            self.log.before_tail = Some(self.log.by_kind.clone());
+        }
         self.prefetch_upcoming();
         self.now = self.now.max(Instant::from_nanos(time));
         self.log.events += 1;

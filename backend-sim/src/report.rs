@@ -4,7 +4,8 @@
 //! The JSON holds the contract's fields (`per_rank` is left out with `--summary`) and
 //! the detector's figures a node failure is judged by: `ranks_per_node` and
 //! `detector_span`, `heartbeats_per_rank_per_period` (steady state, before the first
-//! death) and, per block kill, `blocks` (how long until every survivor knew all of it,
+//! death) and `heartbeats_per_rank_per_period_at_end` (the run's last stretch, after the
+//! failures), and, per block kill, `blocks` (how long until every survivor knew all of it,
 //! against [`crate::engine::detection_bound`]). Other figures (frames per kind, rejected frames, wall
 //! time) are only in the text form and in [`Report::extra`].
 //!
@@ -49,6 +50,10 @@ pub struct Report {
     /// `Heartbeat` frames per rank per period before the first death (null if a rank
     /// died at time 0).
     pub heartbeats_per_rank_per_period: Option<f64>,
+    /// The same per surviving rank over the run's last stretch (the last quarter, at
+    /// most 10 periods): the steady state after the failures (null if the run did not
+    /// get there).
+    pub heartbeats_per_rank_per_period_at_end: Option<f64>,
     /// Per block kill (at a time), in file order.
     pub blocks: Vec<BlockDetection>,
     /// Figures beyond the contract.
@@ -254,6 +259,16 @@ fn heartbeat_rate<P: SimRank>(sim: &Sim<P>) -> Option<f64> {
     (periods > 0.0).then(|| heartbeats / (f64::from(sim.size()) * periods))
 }
 
+/// `Heartbeat` frames per surviving rank per period over the run's last stretch.
+fn heartbeat_rate_at_end<P: SimRank>(sim: &Sim<P>, survivors: usize) -> Option<f64> {
+    let before = sim.log().before_tail.as_ref()?;
+    let from = sim.settings().tail_from;
+    let periods = (sim.now() - from).as_nanos() as f64 / sim.settings().period.as_nanos() as f64;
+    let code = FrameKind::Heartbeat as usize;
+    let heartbeats = (sim.log().by_kind[code] - before[code]) as f64;
+    (periods > 0.0 && survivors > 0).then(|| heartbeats / (survivors as f64 * periods))
+}
+
 /// One entry per block killed at a time.
 fn block_detections<P: SimRank>(sim: &Sim<P>, detections: &[Detection]) -> Vec<BlockDetection> {
     let n = sim.size();
@@ -419,6 +434,7 @@ impl Report {
             ranks_per_node: sim.settings().ranks_per_node,
             detector_span: sim.settings().span,
             heartbeats_per_rank_per_period: heartbeat_rate(sim),
+            heartbeats_per_rank_per_period_at_end: heartbeat_rate_at_end(sim, survivors.len()),
             blocks,
             extra,
         }
@@ -475,11 +491,13 @@ impl Report {
         let _ = writeln!(s, "frames by kind: {:?}", x.by_kind);
         let _ = writeln!(
             s,
-            "detector span: {} ({}); heartbeats per rank per period before the first death: {}",
+            "detector span: {} ({}); heartbeats per rank per period: {} before the first death, {} at the end",
             self.detector_span,
             self.ranks_per_node
                 .map_or("default".to_string(), |r| format!("ranks_per_node = {r}")),
             self.heartbeats_per_rank_per_period
+                .map_or("n/a".to_string(), |h| format!("{h:.3}")),
+            self.heartbeats_per_rank_per_period_at_end
                 .map_or("n/a".to_string(), |h| format!("{h:.3}"))
         );
         for b in &self.blocks {

@@ -247,61 +247,144 @@ fn random_schedule(seed: u64) -> Schedule {
     }
 }
 
+/// What one random schedule showed.
+#[derive(Default)]
+struct Tally {
+    schedules: u64,
+    killed_ranks: usize,
+    /// Maximal runs of adjacent killed ranks, and those every survivor knew within
+    /// their bound after the last of their ranks died: `[no longer than the span, longer]`.
+    runs: [u32; 2],
+    runs_within_bound: [u32; 2],
+    /// Schedules where some survivor did not know exactly the dead at the end.
+    incomplete: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.schedules += other.schedules;
+        self.killed_ranks += other.killed_ranks;
+        for k in 0..2 {
+            self.runs[k] += other.runs[k];
+            self.runs_within_bound[k] += other.runs_within_bound[k];
+        }
+        self.incomplete.extend(other.incomplete);
+    }
+}
+
+/// The maximal runs of ring-adjacent killed ranks: each run's ranks and its last death.
+fn adjacent_runs(s: &Schedule) -> Vec<(Vec<Rank>, f64)> {
+    let n = s.n;
+    let died = |r: Rank| {
+        s.kills
+            .iter()
+            .find(|(v, _)| v.ranks(n).any(|x| x == r))
+            .map(|(_, t)| *t)
+    };
+    let killed = s.killed();
+    let mut runs = Vec::new();
+    for &first in &killed {
+        if died((first + n - 1) % n).is_some() {
+            continue; // not the start of a run (a schedule always leaves survivors)
+        }
+        let ranks: Vec<Rank> = (0..n)
+            .map(|i| (first + i) % n)
+            .take_while(|&r| died(r).is_some())
+            .collect();
+        let last = ranks.iter().filter_map(|&r| died(r)).fold(0.0, f64::max);
+        runs.push((ranks, last));
+    }
+    runs
+}
+
+/// Runs one random schedule: panics on a false declaration, tallies the rest.
+fn check_random_schedule(seed: u64) -> Tally {
+    let schedule = random_schedule(seed);
+    if std::env::var("NODE_FAILURE_DUMP").is_ok_and(|s| s == seed.to_string()) {
+        eprintln!("{}", schedule.scenario_json(seed));
+    }
+    let mut sim = schedule.build(seed);
+    // The end: twice the bound of the longest run after the last kill.
+    let bound = sim.detection_bound(schedule.longest_adjacent_run());
+    sim.run_until(at_ms(schedule.last_kill_ms()) + bound.saturating_mul(2))
+        .expect("bounded run");
+    let killed = schedule.killed();
+    if let Some(r) = first_false_declaration(&sim, &killed) {
+        panic!(
+            "seed {seed}: live rank {r} declared dead\n{}",
+            schedule.scenario_json(seed)
+        );
+    }
+    let mut tally = Tally {
+        schedules: 1,
+        killed_ranks: killed.len(),
+        ..Tally::default()
+    };
+    if let Some((r, known)) = first_survivor_not_knowing(&sim, &killed) {
+        tally.incomplete.push(format!(
+            "seed {seed}: rank {r} knows {known:?}, killed {killed:?}"
+        ));
+    }
+    for (ranks, last_death) in adjacent_runs(&schedule) {
+        let deadline = at_ms(last_death) + sim.detection_bound(ranks.len() as u32);
+        let in_time = ranks.iter().all(|d| {
+            sim.log()
+                .detections
+                .get(d)
+                .is_some_and(|log| sim.survivors().all(|s| log.learned[s as usize] <= deadline))
+        });
+        let longer = usize::from(ranks.len() as u32 > sim.settings().span);
+        tally.runs[longer] += 1;
+        tally.runs_within_bound[longer] += u32::from(in_time);
+    }
+    tally
+}
+
 #[test]
 fn adjacent_deaths_are_all_found_and_no_live_rank_is_declared() {
     const SCHEDULES: u64 = 10_000;
+    const WORKERS: u64 = 2;
     let started = std::time::Instant::now();
-    let (mut incomplete, mut killed_ranks, mut blocks, mut within_bound) = (Vec::new(), 0, 0, 0);
-    for seed in 0..SCHEDULES {
-        let schedule = random_schedule(seed);
-        if std::env::var("NODE_FAILURE_DUMP").is_ok_and(|s| s == seed.to_string()) {
-            eprintln!("{}", schedule.scenario_json(seed));
-        }
-        let mut sim = schedule.build(seed);
-        // Twice the bound of the longest run, after the last kill: the end of this
-        // schedule (`drive_until` checks the bound itself in the scripted cases).
-        let bound = sim.detection_bound(schedule.longest_adjacent_run());
-        let end = at_ms(schedule.last_kill_ms()) + bound.saturating_mul(2);
-        sim.run_until(end).expect("bounded run");
-        let killed = schedule.killed();
-        if let Some(r) = first_false_declaration(&sim, &killed) {
-            panic!(
-                "seed {seed}: live rank {r} declared dead\n{}",
-                schedule.scenario_json(seed)
+    let mut tally = Tally::default();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                scope.spawn(move || {
+                    let mut tally = Tally::default();
+                    for seed in (w..SCHEDULES).step_by(WORKERS as usize) {
+                        tally.add(check_random_schedule(seed));
+                    }
+                    tally
+                })
+            })
+            .collect();
+        for worker in workers {
+            // A worker's panic (a false declaration) is this test's failure.
+            tally.add(
+                worker
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e)),
             );
         }
-        if let Some((r, known)) = first_survivor_not_knowing(&sim, &killed) {
-            incomplete.push(format!(
-                "seed {seed}: rank {r} knows {known:?}, killed {killed:?}"
-            ));
-        }
-        killed_ranks += killed.len();
-        for (victims, t) in &schedule.kills {
-            let Victims::Block { .. } = victims else {
-                continue;
-            };
-            blocks += 1;
-            let deadline = at_ms(*t) + sim.detection_bound(victims.len(schedule.n));
-            let known_in_time = victims.ranks(schedule.n).all(|d| {
-                sim.log()
-                    .detections
-                    .get(&d)
-                    .is_some_and(|log| sim.survivors().all(|s| log.learned[s as usize] <= deadline))
-            });
-            within_bound += u32::from(known_in_time);
-        }
-    }
+    });
+    assert_eq!(tally.schedules, SCHEDULES);
     eprintln!(
-        "{SCHEDULES} random schedules in {:.1} s: {killed_ranks} ranks killed, 0 false \
-         declarations, {} incomplete; {within_bound} of {blocks} blocks known everywhere \
-         within their own bound (not asserted: a later kill may be adjacent)",
+        "{SCHEDULES} random schedules in {:.1} s: {} ranks killed, 0 false declarations, \
+         {} incomplete at the end; runs of adjacent deaths known everywhere within their \
+         bound (not asserted): {} of {} no longer than the span, {} of {} longer",
         started.elapsed().as_secs_f64(),
-        incomplete.len()
+        tally.killed_ranks,
+        tally.incomplete.len(),
+        tally.runs_within_bound[0],
+        tally.runs[0],
+        tally.runs_within_bound[1],
+        tally.runs[1]
     );
+    tally.incomplete.sort();
     assert!(
-        incomplete.is_empty(),
+        tally.incomplete.is_empty(),
         "{} of {SCHEDULES} schedules incomplete at the end, e.g.\n{}",
-        incomplete.len(),
-        incomplete[..incomplete.len().min(5)].join("\n")
+        tally.incomplete.len(),
+        tally.incomplete[..tally.incomplete.len().min(5)].join("\n")
     );
 }
