@@ -7,6 +7,16 @@
 //! at a named protocol step). It is generic over the machine `P`, so the same engine
 //! drives the failure layer alone or a bigger stack.
 //!
+//! # What it records for the report
+//!
+//! - Kills: a scenario block dies as one event per rank, all at the same instant.
+//! - Frames per kind: totals, and two copies of the counts, taken at the first
+//!   departure and at [`RunSettings::tail_from`], so the report can tell the steady
+//!   traffic before any failure from the traffic after them.
+//! - Validations: started at the time of the action that called them at that rank (the
+//!   engine keeps it until the validation's result arrives), finished at the result.
+//! - Detections: per failed rank, when each rank learned it.
+//!
 //! # Network model
 //!
 //! A frame of `b` bytes sent at `t` arrives at `t + latency + b / bandwidth + jitter`,
