@@ -1,5 +1,7 @@
-//! The failure detector: a heartbeat ring plus a reliable, logarithmic propagation of
-//! failure notices over the circulant graph. Sans-IO; it shows the [`Protocol`] face.
+//! The failure detector: a heartbeat ring with long edges (so that a node's block of
+//! adjacent ranks is found in about one timeout, not one timeout per rank) plus a
+//! reliable, logarithmic propagation of failure notices over the circulant graph.
+//! Sans-IO; it shows the [`Protocol`] face.
 //!
 //! # What it does
 //!
@@ -15,6 +17,27 @@
 //! - **Re-targeting.** Whenever `pred(i)` changes, `i` sends the new one an
 //!   [`FrameKind::Observe`] and gives it `2 · timeout` to be heard from (a round trip:
 //!   the `Observe` goes out, the first heartbeat comes back).
+//! - **Long edges.** Launchers place ranks on nodes in blocks, so a node failure kills a
+//!   run of adjacent ranks, and the ring observer of each of them but the last dies
+//!   with it. So every rank also heartbeats its *long observer*, the first rank not in
+//!   `K_i` at `span` ranks ahead or farther (`span` = [`DetectorConfig::span`], capped
+//!   at `n / 2`; 64 by default, the ranks per node when known), and watches the ranks
+//!   whose long observer it is: those not in `K_i` whose rank plus `span` falls in
+//!   `(pred(i), i]` (one rank, `i - span`, while nobody near is dead; at most `span`).
+//!   A long-watched rank is declared after `timeout + period` of silence: a period
+//!   later than the ring would, so a lone death, which its ring observer finds, is
+//!   declared once (the notice reaches the long observer in `⌈log2 span⌉` hops).
+//!   Distances count every rank, dead or not, so a death moves no other rank's long
+//!   edge: only ranks that join a watcher's set (its `pred` moved back past a dead run)
+//!   get an `Observe` and a fresh grace, and the ranks just before a dead run stay
+//!   watched, by the ranks just after it.
+//! - **Windows.** A run of more than `span` dead ranks outruns the long edges: after
+//!   the first `span` are declared, the survivor `i` just after the run finds `run =
+//!   back(pred(i)) - 1 ≥ span` known-dead ranks behind it. It then probes the next
+//!   `3 · run` ranks not in `K_i` at once (`Observe` marked as a probe: one heartbeat
+//!   back, no subscription) and gives them `2 · timeout - period`. When that ends, the
+//!   probed ranks nearer than the nearest answer are declared together, as one
+//!   declaration (one pair of trees). The known run so grows fourfold per window.
 //! - **Propagation.** Every [`FrameKind::FailureNotice`] carries the sender's whole
 //!   `K_i` (a compact rank set; failures are few) and a hop count. A declaring rank `o`
 //!   starts two spanning trees of the circulant graph, one over the offsets
@@ -66,14 +89,42 @@
 //!
 //! So after the last death, a survivor knows every dead rank within `timeout` + one
 //! delay (detection by the observer, for a rank whose ring neighbours did not die with
-//! it) plus `(⌈log2 n⌉ + 1)` delays (propagation and one repair hop). A run of `k`
-//! ring-adjacent ranks dying together is detected one rank at a time, each re-target
-//! adding up to `2 · timeout`.
+//! it) plus `(⌈log2 n⌉ + 1)` delays (propagation and one repair hop).
+//!
+//! # Why a node failure takes one timeout
+//!
+//! Let `k` adjacent ranks `[a, a + k)` die (the last at `t`), with `d` the largest delay.
+//! - *`k ≤ span`.* Each dead `x` has a live long observer: the first rank not known dead
+//!   at `x + span` or beyond lies past the block. It heard `x`'s last heartbeat by
+//!   `t + d` and declares `x` by `t + d + timeout + period`; the last rank of the block
+//!   is also found by its ring observer by `t + d + timeout`. Propagation and one repair
+//!   hop add `⌈log2 n⌉ + 1` delays: every survivor knows the block within
+//!   `timeout + period + (⌈log2 n⌉ + 2) · d`, inside the target
+//!   `2 · timeout + period + (⌈log2 n⌉ + 4) · d`. Declarations of a block run
+//!   concurrently: about `k` declarations of `2n` frames each, the same total as one at
+//!   a time.
+//! - *`k > span`.* The first round declares the top `span` ranks as above. The survivor
+//!   `s = a + k` then has `run ≥ span` and probes a window of `3 · run`: after
+//!   `2 · timeout - period` (plus a propagation) it declares all of them that are dead,
+//!   and the known run has grown fourfold. A block of `span · 2^j` ranks so takes
+//!   `⌈j / 2⌉` windows, each `2 · timeout - period + (⌈log2 n⌉ + 2) · d`: at most one
+//!   `timeout` per doubling of `k` while `(⌈log2 n⌉ + 2) · d ≤ period`, i.e. whenever a
+//!   notice crosses the group faster than one heartbeat period.
+//! - A window's probes go to ranks past the block too (up to `3 · run`): a one-off
+//!   burst proportional to the failure, `O(k)` frames.
+//!
+//! Steady state is unchanged in order: two heartbeats per rank per period (ring and
+//! long observer; more only while an `Observe` from a rank whose `K` differs is
+//! pending, at most two more).
 //!
 //! *Accuracy.* Heartbeats leave every `period` and a pair's frames arrive in order, so an
 //! observer hears from a live predecessor at least every `period + (d_max - d_min)`; with
-//! every delay below `timeout - period` that is under `timeout`. After a re-target, the
-//! `Observe` and the first heartbeat take two delays, under the `2 · timeout` given.
+//! every delay below `timeout - period` that is under `timeout` (and under the long
+//! edge's `timeout + period`). After a re-target, or when a rank joins a long-watched
+//! set, the `Observe` and the first heartbeat take two delays, under the `2 · timeout`
+//! given. A probe and its answer take two delays too, under `2 · (timeout - period)`,
+//! less than the window's `2 · timeout - period`; only probed ranks nearer than the
+//! nearest answer are declared, and each of those was probed and stayed silent.
 //!
 //! # Call order
 //!
@@ -84,7 +135,9 @@
 //!
 //! # Wire format (header epoch is 0)
 //!
-//! - `Heartbeat`, `Observe`: empty payload.
+//! - `Heartbeat`: empty payload.
+//! - `Observe`: `u8` relation: 0 ring ("send me your heartbeats"), 1 long edge (the
+//!   same, for the long edge), 2 probe (one heartbeat back, nothing more).
 //! - `FailureNotice`: `varint hops` (the declaring rank sends 1), `u8 tree` (0: point
 //!   to point, 1: increasing-offset tree, 2: decreasing-offset tree), for a tree
 //!   `varint origin, varint seq, varint end` (the declaration's rank and number, and the
@@ -93,8 +146,8 @@
 //!
 //! # Cost
 //!
-//! A rank holds a few words, its `K_i` (a [`RankSet`]), the send queue, and per
-//! declaration it took part in, one record per tree (what it covered) and one per child
+//! A rank holds a few words, its `K_i` (a [`RankSet`]), its long-watched set (one entry
+//! in steady state), the send queue, and per declaration it took part in, one record per tree (what it covered) and one per child
 //! it sent to (about one per tree on average): a few dozen bytes per failure. Heartbeats
 //! and `Observe` frames are written straight into the caller's buffer (no allocation).
 
@@ -161,11 +214,46 @@ pub enum DetectorEvent {
 enum Timer {
     /// Next heartbeat to send.
     Heartbeat = 0,
-    /// When the watched predecessor is declared dead unless heard from.
+    /// When the watched predecessor (or the probed window) is declared dead unless
+    /// heard from.
     Suspect = 1,
+    /// When the long-edge predecessor is declared dead unless heard from.
+    LongSuspect = 2,
 }
 
-const TIMERS: usize = 2;
+const TIMERS: usize = 3;
+
+/// Why a rank sends an [`FrameKind::Observe`]: its one-byte payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watch {
+    /// "I watch you as my ring predecessor": heartbeats every period.
+    Ring = 0,
+    /// "I watch you as my `span`-th predecessor": heartbeats every period.
+    Long = 1,
+    /// "Are you alive?": one heartbeat back, no subscription.
+    Probe = 2,
+}
+
+impl Watch {
+    fn from_code(code: u8) -> Result<Watch, FrameError> {
+        match code {
+            0 => Ok(Watch::Ring),
+            1 => Ok(Watch::Long),
+            2 => Ok(Watch::Probe),
+            _ => Err(FrameError::Malformed("unknown observe relation")),
+        }
+    }
+}
+
+/// The predecessors probed at once after a re-target past a long run of dead ranks:
+/// every rank not known dead at backward distance `[back(watched), far]` got a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window {
+    /// Backward distance of the farthest probed rank.
+    far: u32,
+    /// Backward distance of the nearest probed rank that answered.
+    nearest_reply: Option<u32>,
+}
 
 /// Wire code of a notice sent point to point (to the suspect, or along the ring edge).
 const DIRECT: u8 = 0;
@@ -208,7 +296,7 @@ struct Child {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outgoing {
     Heartbeat(Rank),
-    Observe(Rank),
+    Observe(Rank, Watch),
     /// A notice carrying `K_i`, outside any tree.
     Direct {
         to: Rank,
@@ -233,6 +321,19 @@ pub struct Detector {
     watched: Option<Rank>,
     /// A rank that asked for our heartbeats and is not our nearest live successor yet.
     extra_observer: Option<Rank>,
+    /// The long edge's length: `min(config.span, n / 2)`, or 0 when it is off.
+    span: u32,
+    /// The ranks watched over the long edge, each with the deadline by which it must be
+    /// heard from: the ranks not in `K_i` whose long observer we are (see
+    /// [`Detector::long_set`]); one in steady state, at most `span`.
+    long_watched: Vec<(Rank, Instant)>,
+    /// The `span`-th successor not in `K_i`: it gets our heartbeats too.
+    long_observer: Option<Rank>,
+    /// A rank that asked for our heartbeats as its long edge and is not our
+    /// `long_observer` yet.
+    extra_long_observer: Option<Rank>,
+    /// Predecessors probed past a long run of known-dead ranks, while unresolved.
+    window: Option<Window>,
     timers: [Instant; TIMERS],
     now: Instant,
     stopped: bool,
@@ -268,11 +369,17 @@ impl Detector {
             config.n
         );
         assert!(config.period > Duration::ZERO, "heartbeat period is zero");
+        let span = config.span.min(config.n / 2);
         let mut d = Detector {
             config,
             dead: RankSet::new(config.n),
             watched: None,
             extra_observer: None,
+            span: if span >= 2 { span } else { 0 },
+            long_watched: Vec::new(),
+            long_observer: None,
+            extra_long_observer: None,
+            window: None,
             timers: [Instant::MAX; TIMERS],
             now,
             stopped: false,
@@ -284,6 +391,10 @@ impl Detector {
             ring_edge_due: None,
         };
         d.watched = d.walk(config.me, 1, false);
+        d.long_observer = d.long_observer_now();
+        let deadline = now + d.long_timeout();
+        d.long_watched = d.long_set().into_iter().map(|r| (r, deadline)).collect();
+        d.arm_long_timer();
         if d.watched.is_some() {
             d.set_timer(Timer::Heartbeat, now + config.phase);
             d.set_timer(Timer::Suspect, now + config.timeout);
@@ -308,6 +419,20 @@ impl Detector {
     /// The rank heartbeats go to: the nearest successor not known dead.
     pub fn observer(&self) -> Option<Rank> {
         self.walk(self.config.me, 1, true)
+    }
+    /// The ranks watched over the long edge: those not known dead whose long observer
+    /// this rank is (one in steady state: the rank `span` behind us).
+    pub fn long_watched(&self) -> impl Iterator<Item = Rank> + '_ {
+        self.long_watched.iter().map(|&(rank, _)| rank)
+    }
+    /// The successor watching us over the long edge: the first not known dead at
+    /// `span` ranks ahead or farther.
+    pub fn long_observer(&self) -> Option<Rank> {
+        self.long_observer
+    }
+    /// The long edge's length in use (`min(span, n / 2)`; 0 when off).
+    pub fn span(&self) -> u32 {
+        self.span
     }
     /// Whether this rank was declared dead and stopped.
     pub fn is_stopped(&self) -> bool {
@@ -354,21 +479,39 @@ impl Detector {
             FrameKind::Heartbeat => {
                 payload.finish()?;
                 if Some(from) == self.watched {
-                    let deadline = self.now + self.config.timeout;
+                    // Alive: whatever lies behind it is its own watch, not ours.
+                    self.window = None;
+                    self.extend(Timer::Suspect, self.config.timeout);
+                }
+                let long_deadline = self.now + self.long_timeout();
+                if let Some(entry) = self.long_watched.iter_mut().find(|e| e.0 == from) {
                     // Never shorten a re-target grace with an early heartbeat.
-                    if deadline > self.timers[Timer::Suspect as usize] {
-                        self.set_timer(Timer::Suspect, deadline);
+                    entry.1 = entry.1.max(long_deadline);
+                    self.arm_long_timer();
+                }
+                let back = self.back(from);
+                if let Some(w) = self.window.as_mut() {
+                    if back <= w.far && w.nearest_reply.is_none_or(|b| back < b) {
+                        w.nearest_reply = Some(back);
                     }
                 }
                 Ok(())
             }
             FrameKind::Observe => {
+                let mut payload = payload;
+                let watch = Watch::from_code(payload.u8()?)?;
                 payload.finish()?;
                 if from == self.config.me {
                     return Err(FrameError::Malformed("observe from self"));
                 }
-                if Some(from) != self.observer() {
-                    self.extra_observer = Some(from);
+                match watch {
+                    Watch::Ring if Some(from) != self.observer() => {
+                        self.extra_observer = Some(from);
+                    }
+                    Watch::Long if Some(from) != self.long_observer => {
+                        self.extra_long_observer = Some(from);
+                    }
+                    _ => {}
                 }
                 self.outbox.push_back(Outgoing::Heartbeat(from));
                 Ok(())
@@ -443,6 +586,73 @@ impl Detector {
         self.timers[timer as usize] = at;
     }
 
+    /// Moves `timer` to `now + after`, unless it is already later (an early heartbeat
+    /// never shortens a re-target grace).
+    fn extend(&mut self, timer: Timer, after: Duration) {
+        let deadline = self.now + after;
+        if deadline > self.timers[timer as usize] {
+            self.set_timer(timer, deadline);
+        }
+    }
+
+    /// Silence after which the long-edge predecessor is declared: a period more than the
+    /// ring's, so that for a lone death the ring observer's notice (`⌈log2 span⌉` hops
+    /// away) usually arrives first and the death is declared once.
+    fn long_timeout(&self) -> Duration {
+        self.config.timeout + self.config.period
+    }
+
+    /// Grace given to the window's probes: two delays (probe and answer) fit in it while
+    /// delays stay below `timeout - period`, with a period to spare.
+    fn window_grace(&self) -> Duration {
+        self.config
+            .timeout
+            .saturating_mul(2)
+            .saturating_sub(self.config.period)
+    }
+
+    /// How far back from us `rank` is on the ring (`1` for our ring neighbour).
+    fn back(&self, rank: Rank) -> u32 {
+        let n = u64::from(self.config.n);
+        ((u64::from(self.config.me) + n - u64::from(rank)) % n) as u32
+    }
+
+    /// Our long observer: the first rank not in `K_i` at `span` ranks ahead or farther
+    /// (distance counted over every rank, dead or not), if the long edge is on.
+    fn long_observer_now(&self) -> Option<Rank> {
+        if self.span == 0 {
+            return None;
+        }
+        self.walk(self.config.me, self.span, true)
+    }
+
+    /// The ranks whose long observer we are: those not in `K_i` whose rank plus `span`
+    /// falls in `(pred(i), i]`, i.e. at backward distance `[span, span + back(pred))`.
+    /// Counting over every rank keeps the edges still while ranks die: a rank joins the
+    /// set only when our ring predecessor moves back past a dead run, so the watchers
+    /// of a block never chase one another, and the ranks just before a dead run stay
+    /// watched by the ranks just after it. At most `span` ranks: the distances past
+    /// `back(pred)` all land in the dead run between `pred(i)` and us.
+    fn long_set(&self) -> Vec<Rank> {
+        let Some(pred) = self.watched.filter(|_| self.span > 0) else {
+            return Vec::new();
+        };
+        let n = u64::from(self.config.n);
+        let me = u64::from(self.config.me);
+        let span = u64::from(self.span);
+        let stop = (span + u64::from(self.back(pred))).min(n);
+        (span..stop)
+            .map(|b| ((me + n - b) % n) as Rank)
+            .filter(|&r| !self.dead.contains(r))
+            .collect()
+    }
+
+    /// The LongSuspect timer at the earliest long-watched deadline.
+    fn arm_long_timer(&mut self) {
+        let next = self.long_watched.iter().map(|&(_, at)| at).min();
+        self.set_timer(Timer::LongSuspect, next.unwrap_or(Instant::MAX));
+    }
+
     fn stop(&mut self, by: Rank) {
         self.stopped = true;
         self.outbox.clear();
@@ -498,16 +708,22 @@ impl Detector {
             .find(|&r| r != self.config.me && !self.dead.contains(r))
     }
 
-    /// Declares `rank` dead by our own timeout: tell the suspect, everyone through the
-    /// two trees rooted here, and our ring predecessor.
-    fn declare(&mut self, rank: Rank) {
-        self.events.push_back(DetectorEvent::Suspected { rank });
+    /// Declares `suspects` (not known dead, not us) dead by our own timeout, as one
+    /// declaration: tell each suspect, everyone through the two trees rooted here, and
+    /// our ring predecessor.
+    fn declare(&mut self, suspects: &[Rank]) {
+        if suspects.is_empty() {
+            return;
+        }
         self.declarations += 1;
-        // Our own suspicion: tell the suspect, so a live one stops (fail-stop). Nobody
-        // else will: every rank skips the ranks it knows dead.
-        self.outbox
-            .push_back(Outgoing::Direct { to: rank, hops: 1 });
-        self.learn(&[rank], 1);
+        for &rank in suspects {
+            self.events.push_back(DetectorEvent::Suspected { rank });
+            // Our own suspicion: tell the suspect, so a live one stops (fail-stop).
+            // Nobody else will: every rank skips the ranks it knows dead.
+            self.outbox
+                .push_back(Outgoing::Direct { to: rank, hops: 1 });
+        }
+        self.learn(suspects, 1);
         for plus in [true, false] {
             let tree = TreeId {
                 origin: self.config.me,
@@ -636,25 +852,104 @@ impl Detector {
                 });
             }
         }
+        self.long_observer = self.long_observer_now();
         if let Some(x) = self.extra_observer {
             if self.dead.contains(x) || Some(x) == self.observer() {
                 self.extra_observer = None;
             }
         }
+        if let Some(x) = self.extra_long_observer {
+            if self.dead.contains(x) || Some(x) == self.long_observer {
+                self.extra_long_observer = None;
+            }
+        }
         if watched != self.watched {
             self.watched = watched;
             match watched {
-                Some(p) => {
-                    self.outbox.push_back(Outgoing::Observe(p));
-                    let grace = self.now + self.config.timeout.saturating_mul(2);
-                    self.set_timer(Timer::Suspect, grace);
-                }
+                Some(p) => self.retarget(p),
                 None => {
-                    self.set_timer(Timer::Suspect, Instant::MAX);
-                    self.set_timer(Timer::Heartbeat, Instant::MAX);
+                    self.window = None;
+                    self.timers = [Instant::MAX; TIMERS];
                 }
             }
         }
+        // Members keep their deadlines; a new one is asked for heartbeats and gets a
+        // round trip's grace.
+        let grace = self.now + self.config.timeout.saturating_mul(2);
+        let old = core::mem::take(&mut self.long_watched);
+        for rank in self.long_set() {
+            match old.iter().find(|e| e.0 == rank) {
+                Some(&kept) => self.long_watched.push(kept),
+                None => {
+                    self.outbox.push_back(Outgoing::Observe(rank, Watch::Long));
+                    self.long_watched.push((rank, grace));
+                }
+            }
+        }
+        self.arm_long_timer();
+    }
+
+    /// Our ring predecessor became `p` (every rank between it and us is known dead):
+    /// ask it for heartbeats, and give it two delays' worth of grace. Past a run of at
+    /// least `span` known-dead ranks (the long edges may have missed the rest of a
+    /// block), also probe the next `3 · run` predecessors at once; when the grace ends,
+    /// every probed rank nearer than the nearest answer is declared in one go.
+    fn retarget(&mut self, p: Rank) {
+        self.outbox.push_back(Outgoing::Observe(p, Watch::Ring));
+        let back = self.back(p);
+        if let Some(w) = self.window {
+            if back <= w.far && w.nearest_reply.is_none_or(|b| back < b) {
+                // `p` was probed and has not answered yet: the window's grace holds.
+                return;
+            }
+            self.window = None;
+            if w.nearest_reply == Some(back) {
+                // `p` answered its probe: it is alive, no window behind it is ours.
+                let grace = self.now + self.config.timeout.saturating_mul(2);
+                self.set_timer(Timer::Suspect, grace);
+                return;
+            }
+        }
+        let run = back - 1;
+        if self.span == 0 || run < self.span {
+            let grace = self.now + self.config.timeout.saturating_mul(2);
+            self.set_timer(Timer::Suspect, grace);
+            return;
+        }
+        let width = run.saturating_mul(3);
+        let (mut at, mut far) = (p, back);
+        for _ in 1..width {
+            let Some(next) = self.walk(at, 1, false) else {
+                break;
+            };
+            self.outbox.push_back(Outgoing::Observe(next, Watch::Probe));
+            far = self.back(next);
+            at = next;
+        }
+        self.window = Some(Window {
+            far,
+            nearest_reply: None,
+        });
+        let grace = self.now + self.window_grace();
+        self.set_timer(Timer::Suspect, grace);
+    }
+
+    /// The ranks the Suspect timer declares: the watched predecessor, or with a window,
+    /// every rank not known dead from it back to (not including) the nearest answer.
+    fn suspects(&self) -> Vec<Rank> {
+        let Some(p) = self.watched else {
+            return Vec::new();
+        };
+        let Some(w) = self.window else {
+            return alloc::vec![p];
+        };
+        let n = u64::from(self.config.n);
+        let me = u64::from(self.config.me);
+        let stop = w.nearest_reply.unwrap_or(w.far + 1);
+        (self.back(p)..stop)
+            .map(|b| ((me + n - u64::from(b)) % n) as Rank)
+            .filter(|&r| !self.dead.contains(r))
+            .collect()
     }
 
     fn header(&self, kind: FrameKind) -> Header {
@@ -674,6 +969,14 @@ impl Detector {
         head[2..6].copy_from_slice(&self.config.comm.to_le_bytes());
         head[6..10].copy_from_slice(&0u32.to_le_bytes());
         head[10..14].copy_from_slice(&self.config.me.to_le_bytes());
+        wire::copy_out(&head, buf)
+    }
+
+    /// An `Observe`: the header and one byte saying which watch it asks for.
+    fn write_observe(&self, watch: Watch, buf: &mut [u8]) -> usize {
+        let mut head = [0u8; wire::HEADER_LEN + 1];
+        self.write_bare(FrameKind::Observe, &mut head[..wire::HEADER_LEN]);
+        head[wire::HEADER_LEN] = watch as u8;
         wire::copy_out(&head, buf)
     }
 
@@ -712,11 +1015,18 @@ impl Protocol for Detector {
         let now = self.now;
         let beat = self.timers[Timer::Heartbeat as usize];
         if beat <= now {
-            if let Some(to) = self.observer() {
-                self.outbox.push_back(Outgoing::Heartbeat(to));
-            }
-            if let Some(x) = self.extra_observer {
-                self.outbox.push_back(Outgoing::Heartbeat(x));
+            let mut sent: [Option<Rank>; 4] = [None; 4];
+            let targets = [
+                self.observer(),
+                self.long_observer,
+                self.extra_observer,
+                self.extra_long_observer,
+            ];
+            for (i, to) in targets.into_iter().enumerate() {
+                if let Some(to) = to.filter(|to| !sent[..i].contains(&Some(*to))) {
+                    self.outbox.push_back(Outgoing::Heartbeat(to));
+                    sent[i] = Some(to);
+                }
             }
             // Keep the phase; after a long gap, resume one period from now.
             let mut next = beat + self.config.period;
@@ -727,9 +1037,18 @@ impl Protocol for Detector {
         }
         if self.timers[Timer::Suspect as usize] <= now {
             self.set_timer(Timer::Suspect, Instant::MAX);
-            if let Some(p) = self.watched {
-                self.declare(p);
-            }
+            let suspects = self.suspects();
+            self.declare(&suspects);
+        }
+        if self.timers[Timer::LongSuspect as usize] <= now {
+            let silent: Vec<Rank> = self
+                .long_watched
+                .iter()
+                .filter(|&&(_, at)| at <= now)
+                .map(|&(rank, _)| rank)
+                .collect();
+            // Declaring them drops them from the set and re-arms the timer.
+            self.declare(&silent);
         }
     }
 
@@ -740,9 +1059,9 @@ impl Protocol for Detector {
                 to,
                 len: self.write_bare(FrameKind::Heartbeat, buf),
             },
-            Outgoing::Observe(to) => Transmit {
+            Outgoing::Observe(to, watch) => Transmit {
                 to,
-                len: self.write_bare(FrameKind::Observe, buf),
+                len: self.write_observe(watch, buf),
             },
             Outgoing::Direct { to, hops } => Transmit {
                 to,
@@ -782,7 +1101,12 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// The ring alone (no long edge), as the propagation tests expect.
     fn config(n: u32, me: Rank) -> DetectorConfig {
+        spanned(n, me, 0)
+    }
+
+    fn spanned(n: u32, me: Rank, span: u32) -> DetectorConfig {
         DetectorConfig {
             comm: 9,
             n,
@@ -790,7 +1114,150 @@ mod tests {
             period: Duration::from_millis(10),
             timeout: Duration::from_millis(40),
             phase: Duration::ZERO,
-            span: DEFAULT_SPAN,
+            span,
+        }
+    }
+
+    fn frame(kind: FrameKind, sender: Rank) -> Header {
+        Header {
+            kind,
+            comm: 9,
+            epoch: 0,
+            sender,
+        }
+    }
+
+    fn heartbeat(sender: Rank) -> Vec<u8> {
+        frame(FrameKind::Heartbeat, sender).start().finish()
+    }
+
+    /// The ranks `sent` frames of `kind` go to, with the observe relation (or 0).
+    fn sent_to(sent: &[(Rank, Vec<u8>)], kind: FrameKind) -> Vec<(Rank, u8)> {
+        sent.iter()
+            .filter(|(_, f)| f[1] == kind as u8)
+            .map(|(to, f)| (*to, f.get(wire::HEADER_LEN).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    #[test]
+    fn the_long_edge_gets_heartbeats_and_is_watched() {
+        let mut d = Detector::new(spanned(16, 8, 4), Instant::ZERO);
+        assert_eq!((d.span(), d.long_observer()), (4, Some(12)));
+        assert_eq!(d.long_watched().collect::<Vec<_>>(), [4]);
+        d.handle_timeout(Instant::ZERO);
+        let sent = drain(&mut d);
+        assert_eq!(sent_to(&sent, FrameKind::Heartbeat), [(9, 0), (12, 0)]);
+        // The span is capped at n / 2, and a span below 2 is no long edge.
+        assert_eq!(Detector::new(spanned(6, 0, 64), Instant::ZERO).span(), 3);
+        assert_eq!(Detector::new(spanned(3, 0, 64), Instant::ZERO).span(), 0);
+    }
+
+    #[test]
+    fn a_silent_long_predecessor_is_declared_a_period_after_the_ring_timeout() {
+        let mut d = Detector::new(spanned(16, 8, 4), Instant::ZERO);
+        // 7 keeps beating; 4 is silent from the start.
+        for t in (0..=50).step_by(10) {
+            let now = Instant::from_nanos(t * MS);
+            d.handle_message(now, 7, &heartbeat(7)).unwrap();
+            d.handle_timeout(now);
+            drain(&mut d);
+        }
+        assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 4 }));
+        // 4's death moves no edge: 3 is long-watched by 7, the first rank not known
+        // dead at 4 or more ahead of it.
+        assert_eq!(d.long_watched().count(), 0);
+        assert_eq!(d.watched(), Some(7));
+        assert_eq!(d.poll_timeout(), Some(Instant::from_nanos(60 * MS)));
+    }
+
+    #[test]
+    fn a_probe_gets_one_heartbeat_and_no_subscription() {
+        let mut d = Detector::new(spanned(16, 8, 4), Instant::ZERO);
+        let probe = frame(FrameKind::Observe, 2).start().put_u8(2).finish();
+        d.handle_message(Instant::ZERO, 2, &probe).unwrap();
+        assert_eq!(sent_to(&drain(&mut d), FrameKind::Heartbeat), [(2, 0)]);
+        d.handle_timeout(Instant::from_nanos(10 * MS));
+        assert_eq!(
+            sent_to(&drain(&mut d), FrameKind::Heartbeat),
+            [(9, 0), (12, 0)]
+        );
+        // A long-edge observe from a rank that is not our long observer subscribes it.
+        let long = frame(FrameKind::Observe, 13).start().put_u8(1).finish();
+        d.handle_message(Instant::from_nanos(10 * MS), 13, &long)
+            .unwrap();
+        drain(&mut d);
+        d.handle_timeout(Instant::from_nanos(20 * MS));
+        assert_eq!(
+            sent_to(&drain(&mut d), FrameKind::Heartbeat),
+            [(9, 0), (12, 0), (13, 0)]
+        );
+        for bad in [alloc::vec![], alloc::vec![3], alloc::vec![0, 0]] {
+            let mut f = frame(FrameKind::Observe, 2).start();
+            for b in bad {
+                f.put_u8(b);
+            }
+            assert!(d.handle_message(Instant::ZERO, 2, &f.finish()).is_err());
+        }
+    }
+
+    #[test]
+    fn past_a_long_dead_run_a_window_is_probed_and_declared_at_once() {
+        let mut d = Detector::new(spanned(64, 40, 4), Instant::ZERO);
+        // Told that 32..=39 died (a run of 8 >= span 4): watch 31, probe 3 * 8 ranks.
+        let dead: Vec<Rank> = (32..40).collect();
+        d.handle_message(Instant::ZERO, 41, &notice(41, 1, &dead, 64))
+            .unwrap();
+        let sent = drain(&mut d);
+        let observes = sent_to(&sent, FrameKind::Observe);
+        assert!(observes.contains(&(31, Watch::Ring as u8)), "{observes:?}");
+        let probed: Vec<Rank> = observes
+            .iter()
+            .filter(|o| o.1 == Watch::Probe as u8)
+            .map(|o| o.0)
+            .collect();
+        assert_eq!(probed, (8..31).rev().collect::<Vec<_>>());
+        // 20 answers (and 12, farther); 31..=21 stay silent.
+        let t = Instant::from_nanos(5 * MS);
+        d.handle_message(t, 12, &heartbeat(12)).unwrap();
+        d.handle_message(t, 20, &heartbeat(20)).unwrap();
+        while d.poll_event().is_some() {}
+        // The grace is 2 * timeout - period = 70 ms.
+        d.handle_timeout(Instant::from_nanos(69 * MS));
+        assert_eq!(d.poll_event(), None);
+        d.handle_timeout(Instant::from_nanos(70 * MS));
+        let mut suspected = Vec::new();
+        while let Some(e) = d.poll_event() {
+            if let DetectorEvent::Suspected { rank } = e {
+                suspected.push(rank);
+            }
+        }
+        assert_eq!(suspected, (21..32).rev().collect::<Vec<_>>());
+        assert_eq!(d.watched(), Some(20));
+        // One declaration (two trees), and 20 answered: no second window.
+        let sent = drain(&mut d);
+        assert!(sent_to(&sent, FrameKind::Observe)
+            .iter()
+            .all(|o| o.1 != Watch::Probe as u8));
+        assert_eq!(d.declarations, 1);
+    }
+
+    #[test]
+    fn an_answer_from_the_watched_rank_closes_the_window() {
+        let mut d = Detector::new(spanned(64, 40, 4), Instant::ZERO);
+        let dead: Vec<Rank> = (34..40).collect();
+        d.handle_message(Instant::ZERO, 41, &notice(41, 1, &dead, 64))
+            .unwrap();
+        drain(&mut d);
+        assert!(d.window.is_some());
+        for t in (1..75).step_by(10) {
+            let now = Instant::from_nanos(t * MS);
+            d.handle_message(now, 33, &heartbeat(33)).unwrap();
+            d.handle_timeout(now);
+        }
+        assert!(d.window.is_none());
+        d.handle_timeout(Instant::from_nanos(75 * MS));
+        while let Some(e) = d.poll_event() {
+            assert!(!matches!(e, DetectorEvent::Suspected { .. }), "{e:?}");
         }
     }
 

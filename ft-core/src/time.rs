@@ -67,6 +67,10 @@ impl Duration {
     pub const fn saturating_mul(self, k: u64) -> Duration {
         Duration(self.0.saturating_mul(k))
     }
+    /// `self - other`, or zero when `other` is longer.
+    pub const fn saturating_sub(self, other: Duration) -> Duration {
+        Duration(self.0.saturating_sub(other.0))
+    }
 }
 
 impl Add<Duration> for Instant {

@@ -2,7 +2,8 @@
 //! detector (and to the node around it). Nothing may panic; every refused frame is a
 //! typed error; the detector's invariants hold after every step:
 //! - it never lists itself as dead, and every listed rank is `< n`;
-//! - it never watches or heartbeats a rank it knows dead, nor itself;
+//! - it never watches or heartbeats a rank it knows dead, nor itself, on the ring or
+//!   the long edge (at most `span` long-watched ranks, `span <= n / 2`);
 //! - once stopped it stays stopped, sends nothing and asks for no wake-up;
 //! - every frame it sends decodes with the shared codec, from itself, to a rank `< n`
 //!   other than itself.
@@ -64,6 +65,13 @@ fn check(d: &Detector, n: u32, me: u32) {
     if let Some(o) = d.observer() {
         assert!(o != me && !dead.contains(o));
     }
+    // The long edge: never to ourselves or a rank known dead, at most `span` watched.
+    assert!(d.span() <= n / 2);
+    if let Some(o) = d.long_observer() {
+        assert!(o != me && !dead.contains(o));
+    }
+    assert!(d.long_watched().count() <= d.span() as usize);
+    assert!(d.long_watched().all(|w| w != me && !dead.contains(w)));
     if d.is_stopped() {
         assert_eq!(d.poll_timeout(), None);
     }
