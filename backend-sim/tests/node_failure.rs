@@ -8,7 +8,7 @@
 //!   no live rank is declared, and the file's `validate_global`, timed after the last
 //!   bound, agrees at every survivor on exactly the killed set. The measured times are
 //!   printed (`--nocapture`).
-//! - (e) Adjacent-death accuracy: 10^4 seeded random schedules (16–40 ranks, blocks and
+//! - (e) Adjacent-death accuracy: 10^4 seeded random schedules (16–32 ranks, blocks and
 //!   single deaths, spans, timeouts and delays up to `timeout − period`): no live rank
 //!   is ever suspected or declared, and every survivor knows exactly the dead at the
 //!   end. `NODE_FAILURE_DUMP=SEED` prints a schedule's scenario.
@@ -185,13 +185,13 @@ fn a_node_failure_then_the_rank_after_it() {
     node_failure("node-then-rank.json");
 }
 
-/// A random schedule: 16–40 ranks, a span of 2–16, period 10 ms, timeout 30–60 ms,
+/// A random schedule: 16–32 ranks, a span of 2–16, period 10 ms, timeout 30–60 ms,
 /// delays up to `timeout − period`; one to three kills, each a single rank or a block
 /// (sometimes longer than the span, sometimes right after an earlier kill, wrapping or
 /// not), at random times in the first 60 ms (sometimes with an earlier kill).
 fn random_schedule(seed: u64) -> Schedule {
     let mut rng = SplitMix::new(seed ^ 0x0de_fa11);
-    let n = 16 + rng.below(25) as u32;
+    let n = 16 + rng.below(17) as u32;
     let span = 2 + rng.below(15) as u32;
     let period_ms = 10.0;
     let timeout_ms = 30.0 + 10.0 * rng.below(4) as f64;
