@@ -3,11 +3,18 @@
 //! the `ftofi` launcher), reads the lines with [`crate::report::parse_lines`] and hands
 //! them to [`Scenario::check`]; the same faults (a rank killed at a time or at a
 //! protocol step, a coordinator killed inside `validate_global`, an inner broadcast
-//! rank killed on activation) are thus checked the same way over every network.
+//! rank killed on activation, a "node" of 4 adjacent ranks out of 8 killed at once in
+//! each of these ways) are thus checked the same way over every network.
+//!
+//! Dead ranks are compared as sets: the survivors are exactly the ranks not killed,
+//! every agreed `G` is a subset of the killed set, and the last one (taken once every
+//! survivor knows every death) is the killed set itself.
+
+use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use crate::report::{agreed, ranks, served};
+use crate::report::{agreed, rank_set, ranks, served};
 
 /// One job and the check of its output.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +49,35 @@ fn survivors(lines: &[Value], expected: &[u64]) -> Result<(), String> {
     expect(got == expected, || {
         format!("survivors {got:?}, expected {expected:?}")
     })
+}
+
+/// The survivors are exactly the ranks of `0..n` outside `dead`.
+fn survivors_of(lines: &[Value], n: u64, dead: &[u64]) -> Result<(), String> {
+    let expected: Vec<u64> = (0..n).filter(|r| !dead.contains(r)).collect();
+    survivors(lines, &expected)
+}
+
+/// `set` (a `G` or an `L`) is the set `dead` (`exactly`) or a subset of it.
+fn set_of(set: &Value, dead: &[u64], exactly: bool) -> bool {
+    let dead: BTreeSet<u64> = dead.iter().copied().collect();
+    rank_set(set).is_some_and(|s| {
+        if exactly {
+            s == dead
+        } else {
+            s.is_subset(&dead)
+        }
+    })
+}
+
+/// Every line's `key` is the set `dead`.
+fn all_sets(lines: &[Value], key: &str, dead: &[u64]) -> Result<(), String> {
+    match lines.iter().find(|l| !set_of(&l[key], dead, true)) {
+        Some(line) => Err(format!(
+            "rank {}: {key} is {}, expected the set {dead:?}",
+            line["rank"], line[key]
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Every line's `key` is `value`.
@@ -99,15 +135,54 @@ pub const VALIDATE_THREADED_AFTER_A_KILL: Scenario = Scenario {
 };
 
 fn validated_after_killing_2(lines: &[Value]) -> Result<(), String> {
-    survivors(lines, &[0, 1, 3, 4])?;
+    validated_after_kills(lines, 5, &[2])
+}
+
+/// The validation job of `n` ranks with the ranks `dead` killed at a time: the killed
+/// ranks may die before, during or after the first validation, so its `G` is any
+/// subset of them; the second one is called once every survivor knows them all dead,
+/// so it is the killed set, and so is every `L`.
+fn validated_after_kills(lines: &[Value], n: u64, dead: &[u64]) -> Result<(), String> {
+    survivors_of(lines, n, dead)?;
     let gs = agreed(lines)?;
-    // Rank 2 may die before or after the first validation; the second one is called
-    // once every survivor knows it dead, so it holds it.
     expect(
-        gs.len() == 2 && (gs[0] == json!([]) || gs[0] == json!([2])) && gs[1] == json!([2]),
-        || format!("G {gs:?}"),
+        gs.len() == 2 && set_of(&gs[0], dead, false) && set_of(&gs[1], dead, true),
+        || format!("G {gs:?}, expected a subset of {dead:?}, then {dead:?}"),
     )?;
-    all(lines, "L", &json!([2]))
+    all_sets(lines, "L", dead)
+}
+
+/// The ranks of the "node" the node scenarios kill: 4 adjacent ranks of 8.
+const NODE: [u64; 4] = [4, 5, 6, 7];
+
+/// A "node" of 8 ranks (4, 5, 6, 7) is killed at once, 3 ms after the start: every
+/// survivor learns all four deaths (adjacent deaths: the detector must see past the
+/// whole block), and the second validation agrees on exactly `[4, 5, 6, 7]`.
+pub const VALIDATE_AFTER_A_NODE_IS_KILLED: Scenario = Scenario {
+    ranks: 8,
+    args: &["validate", "--kill", "4,5,6,7", "--kill-at-ms", "3"],
+    check: |lines| validated_after_kills(lines, 8, &NODE),
+};
+
+/// The node (4, 5, 6, 7 of 8) dies as the first validation starts, before sending
+/// any of it: the survivors can only finish it once they know all four dead, so both
+/// agreed sets are exactly the node.
+pub const VALIDATE_WHEN_A_NODE_DIES_IN_THE_CALL: Scenario = Scenario {
+    ranks: 8,
+    args: &["validate", "--kill", "4,5,6,7", "--kill-on", "validate"],
+    check: |lines| validated_when_killed_in_the_call(lines, 8, &NODE),
+};
+
+/// The validation job of `n` ranks with the ranks `dead` killed as the first
+/// validation starts: both agreed sets, and every `L`, are the killed set.
+fn validated_when_killed_in_the_call(lines: &[Value], n: u64, dead: &[u64]) -> Result<(), String> {
+    survivors_of(lines, n, dead)?;
+    let gs = agreed(lines)?;
+    expect(
+        gs.len() == 2 && gs.iter().all(|g| set_of(g, dead, true)),
+        || format!("G {gs:?}, expected {dead:?} twice"),
+    )?;
+    all_sets(lines, "L", dead)
 }
 
 /// Rank 0 of 5 dies as the first validation starts, before sending any of it: the
@@ -115,11 +190,7 @@ fn validated_after_killing_2(lines: &[Value]) -> Result<(), String> {
 pub const VALIDATE_WHEN_THE_COORDINATOR_DIES: Scenario = Scenario {
     ranks: 5,
     args: &["validate", "--kill", "0", "--kill-on", "validate"],
-    check: |lines| {
-        survivors(lines, &[1, 2, 3, 4])?;
-        let gs = agreed(lines)?;
-        expect(gs == [json!([0]), json!([0])], || format!("G {gs:?}"))
-    },
+    check: |lines| validated_when_killed_in_the_call(lines, 5, &[0]),
 };
 
 /// PaRSEC #624 (A to ranks 1 and 2, B to rank 2), its mirror, and the merged-tree
@@ -196,6 +267,35 @@ pub const BROADCAST_THREADED_REPAIR: Scenario = Scenario {
     },
 };
 
+/// `plans/mpi-8.json` with the node 4, 5, 6, 7 killed, each as a broadcast activates
+/// it: 5 and 7 die at once, 4 dies before it forwards to its child 6, which is
+/// re-attached to the root and dies when that activates it. The survivors 1, 2, 3 get
+/// every output they need byte for byte, and the closing validation (after every
+/// survivor knows the four deaths) agrees on exactly the node.
+pub const BROADCAST_WHEN_A_NODE_DIES_ON_ACTIVATION: Scenario = Scenario {
+    ranks: 8,
+    args: &[
+        "broadcast",
+        "plans/mpi-8.json",
+        "--kill",
+        "4,5,6,7",
+        "--kill-on",
+        "activation",
+    ],
+    check: |lines| {
+        survivors_of(lines, 8, &NODE)?;
+        served(lines)?;
+        let needs: usize = lines
+            .iter()
+            .map(|l| l["needs"].as_array().map_or(0, Vec::len))
+            .sum();
+        expect(needs == 5, || {
+            format!("{needs} needs, expected A, C at 1 and 3 and A, B at 2")
+        })?;
+        all_sets(lines, "G", &NODE)
+    },
+};
+
 fn served_without_3(lines: &[Value]) -> Result<(), String> {
     survivors(lines, &[0, 1, 2, 4, 5, 6, 7])?;
     served(lines)?;
@@ -203,7 +303,7 @@ fn served_without_3(lines: &[Value]) -> Result<(), String> {
     expect(five == &json!(["A", "C"]), || {
         format!("rank 5 received {five}")
     })?;
-    all(lines, "G", &json!([3]))
+    all_sets(lines, "G", &[3])
 }
 
 /// A smoke run of the latency job (`crate::latency`): every rank reports positive
@@ -274,5 +374,32 @@ mod tests {
             VALIDATE_THREADED_AFTER_A_KILL.check(&good).is_err(),
             "not threaded"
         );
+    }
+
+    #[test]
+    fn node_checks_take_the_dead_as_a_set() {
+        let node = |gs: &[Value]| -> Vec<Value> {
+            (0..4)
+                .map(|r| validation(r, gs, json!([4, 5, 6, 7])))
+                .collect()
+        };
+        // The first G may hold any part of the node; the last must be all of it.
+        let good = node(&[json!([5, 7]), json!([4, 5, 6, 7])]);
+        assert!(VALIDATE_AFTER_A_NODE_IS_KILLED.check(&good).is_ok());
+        let e = VALIDATE_AFTER_A_NODE_IS_KILLED
+            .check(&node(&[json!([]), json!([4, 5, 6])]))
+            .unwrap_err();
+        assert!(e.contains("then [4, 5, 6, 7]"), "{e}");
+        assert!(VALIDATE_AFTER_A_NODE_IS_KILLED
+            .check(&node(&[json!([3]), json!([4, 5, 6, 7])]))
+            .is_err());
+        let e = VALIDATE_WHEN_A_NODE_DIES_IN_THE_CALL
+            .check(&good)
+            .unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+        let e = VALIDATE_WHEN_A_NODE_DIES_IN_THE_CALL
+            .check(&good[..3])
+            .unwrap_err();
+        assert!(e.contains("survivors [0, 1, 2]"), "{e}");
     }
 }

@@ -2,17 +2,25 @@
 //! [`ft_runtime::Transport`]. `ftmpi` (backend-mpi, started by `mpiexec`) and `ftofi`
 //! (backend-ofi, its own launcher) are thin shells around them.
 //!
-//! - [`validate`] / [`validate_threaded`]: every rank runs `validate_global`; with a
-//!   kill, the survivors validate again once they know the dead rank, and must agree on
-//!   it;
+//! - [`validate`] / [`validate_threaded`]: every rank runs `validate_global`; with
+//!   kills, the survivors validate again once they know every killed rank dead
+//!   ([`await_death`]), and must agree on exactly the killed set;
 //! - [`broadcast`] / [`broadcast_threaded`]: a plan file's root broadcasts; every
 //!   destination checks what it receives byte for byte against the root's payload;
 //! - the `*_threaded` forms run the stack on `ft_runtime::Runtime`'s progress thread
 //!   while the calling thread uses the blocking commands.
 //!
 //! Every rank that finishes returns one JSON line ([`Finished`]); the shell prints it.
-//! Kills are real: the chosen rank sends itself `SIGKILL` ([`die`]), either
-//! `--kill-at-ms` after the common start or at a protocol step (`--kill-on`).
+//! Kills are real: every rank `--kill` lists (`--kill 2`, or a "node", `--kill
+//! 4,5,6,7`) sends itself `SIGKILL` ([`die`]) at the same moment: `--kill-at-ms` after
+//! the common start, or at a protocol step (`--kill-on validate`: as the first global
+//! validation starts; `--kill-on activation`: as a broadcast activates it).
+//!
+//! Bad input never leaves a rank waiting: [`JobCommand::check`] refuses options that
+//! do not apply to the job, a kill list that is not a set of the job's ranks, and a
+//! plan file that is invalid, of another size or that never activates a rank to kill
+//! on activation. [`JobCommand::run`] runs it before the rank connects, and a launcher
+//! can run it before it starts any rank.
 //!
 //! [`report`] reads the lines back and checks them (agreement, exact delivery), and
 //! [`conformance`] lists the fault scenarios every backend's tests run, with their
@@ -61,29 +69,38 @@ pub trait Launch: Clone + Send + 'static {
     fn connect(&self) -> Result<Self::Transport, String>;
 }
 
-/// The options every job takes.
+/// The options every job takes. Clap refuses the combinations that cannot apply
+/// (`--kill-at-ms` or `--kill-on` without `--kill`, both at once, zero periods or
+/// limits); [`JobArgs::check`] and [`JobCommand::check`] refuse what needs the job's size
+/// or subcommand.
 #[derive(Args, Clone, Debug)]
 pub struct JobArgs {
     /// Heartbeat period.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     pub period_ms: u64,
     /// Silence after which a rank's predecessor is declared dead.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: u64,
-    /// A rank to kill with SIGKILL.
-    #[arg(long)]
-    pub kill: Option<Rank>,
-    /// When the killed rank dies, after the common start.
-    #[arg(long, default_value_t = 0)]
+    /// Ranks to kill with SIGKILL, all at the same moment: `--kill 2` or a "node",
+    /// `--kill 4,5,6,7`.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub kill: Vec<Rank>,
+    /// When the killed ranks die, after the common start.
+    #[arg(
+        long,
+        default_value_t = 0,
+        requires = "kill",
+        conflicts_with = "kill_on"
+    )]
     pub kill_at_ms: u64,
-    /// Or: the protocol step at which the killed rank dies.
-    #[arg(long, value_enum)]
+    /// Or: the protocol step at which each killed rank dies.
+    #[arg(long, value_enum, requires = "kill")]
     pub kill_on: Option<KillStep>,
     /// How long a rank keeps serving its peers after it finished.
     #[arg(long, default_value_t = 500)]
     pub linger_ms: u64,
     /// The longest a rank waits for any one step.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub limit_s: u64,
 }
 
@@ -92,21 +109,49 @@ impl JobArgs {
         StdDuration::from_secs(self.limit_s)
     }
 
-    /// Checks the options against a job of `n` ranks (`--kill` must name one of them).
+    /// Whether rank `me` is one of the ranks to kill.
+    pub fn kills(&self, me: Rank) -> bool {
+        self.kill.contains(&me)
+    }
+
+    /// Whether rank `me` is to die at protocol step `step`.
+    fn dies_on(&self, me: Rank, step: KillStep) -> bool {
+        self.kill_on == Some(step) && self.kills(me)
+    }
+
+    /// Checks the options against a job of `n` ranks: `--kill` names distinct ranks of
+    /// the job and leaves one alive, and the heartbeat period is shorter than the
+    /// timeout.
     pub fn check(&self, n: u32) -> Result<(), String> {
-        match self.kill {
-            Some(k) if k >= n => Err(format!("--kill names a rank outside 0..{n}")),
-            _ => Ok(()),
+        if let Some(k) = self.kill.iter().find(|&&k| k >= n) {
+            return Err(format!("--kill {k}: the job's ranks are 0..{n}"));
         }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(k) = self.kill.iter().find(|&&k| !seen.insert(k)) {
+            return Err(format!("--kill names rank {k} twice"));
+        }
+        if !self.kill.is_empty() && seen.len() >= n as usize {
+            return Err(format!(
+                "--kill names every rank of {n}: none would survive"
+            ));
+        }
+        if self.period_ms >= self.timeout_ms {
+            return Err(format!(
+                "--period-ms {} must be shorter than --timeout-ms {}",
+                self.period_ms, self.timeout_ms
+            ));
+        }
+        Ok(())
     }
 }
 
-/// A protocol step at which the rank chosen by `--kill` dies.
+/// A protocol step at which the ranks chosen by `--kill` die.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KillStep {
-    /// As soon as a broadcast activates the rank.
+    /// As soon as a broadcast activates the rank (`broadcast` only).
     Activation,
-    /// When the first global validation starts, before the rank sends any of it.
+    /// When the first global validation starts, before the rank sends any of it
+    /// (`validate` only).
     Validate,
 }
 
@@ -134,7 +179,7 @@ pub enum JobCommand {
         job: JobArgs,
         /// Drive the stack on a progress thread (`ft_runtime::Runtime`): the main thread
         /// starts the broadcast and blocks in `wait_outputs` (no `--kill-on`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "kill_on")]
         threaded: bool,
     },
     /// Times, at every rank, a dissemination barrier and (ranks 0 and 1) a round trip
@@ -143,7 +188,7 @@ pub enum JobCommand {
     /// `validate_global` costs (`ft_jobs::latency`).
     Latency {
         /// Repetitions of each operation.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         reps: u32,
         /// The job's options.
         #[command(flatten)]
@@ -172,23 +217,88 @@ impl JobCommand {
         }
     }
 
-    /// Runs the job at the rank `launch` opens.
-    pub fn run<L: Launch>(&self, launch: &L) -> Result<Finished, String> {
+    /// Checks the whole command against a job of `n` ranks without starting it: the
+    /// options ([`JobArgs::check`]), which of them apply to this job, and the plan file
+    /// of a broadcast (read and validated). Every rank runs the same check before it
+    /// connects, so bad input ends a job before any rank waits for another.
+    pub fn check(&self, n: u32) -> Result<(), String> {
+        self.prepare(n).map(drop)
+    }
+
+    /// [`JobCommand::check`]; returns the broadcast's plan.
+    fn prepare(&self, n: u32) -> Result<Option<PlanSpec>, String> {
+        let args = self.args();
+        args.check(n)?;
         match self {
-            JobCommand::Validate { job, threaded } if *threaded => validate_threaded(launch, job),
-            JobCommand::Validate { job, .. } => validate(start(launch, job)?, job),
-            JobCommand::Latency { reps, job } => latency::latency(launch, job, *reps),
-            JobCommand::Broadcast {
-                plan,
-                job,
-                threaded,
-            } => {
+            JobCommand::Validate { job, .. } => {
+                if job.kill_on == Some(KillStep::Activation) {
+                    return Err("--kill-on activation needs a broadcast; \
+                                validate takes --kill-on validate or --kill-at-ms"
+                        .into());
+                }
+                Ok(None)
+            }
+            JobCommand::Latency { job, .. } => {
+                if !job.kill.is_empty() {
+                    return Err("the latency job runs failure-free; --kill does not apply".into());
+                }
+                if n < 2 {
+                    return Err("the latency job needs at least 2 ranks (it times a round trip between ranks 0 and 1)".into());
+                }
+                Ok(None)
+            }
+            JobCommand::Broadcast { plan, job, .. } => {
+                if job.kill_on == Some(KillStep::Validate) {
+                    return Err("--kill-on validate applies to the validate job; \
+                                broadcast takes --kill-on activation or --kill-at-ms"
+                        .into());
+                }
                 let spec = read_plan(plan)?;
+                if spec.ranks != n {
+                    return Err(format!(
+                        "{}: the plan is for {} ranks, the job has {n}",
+                        plan.display(),
+                        spec.ranks
+                    ));
+                }
+                if job.kill_on == Some(KillStep::Activation) {
+                    let activated = |k: Rank| {
+                        k != spec.root
+                            && !spec.failed.contains(k)
+                            && spec.outputs.iter().any(|o| o.dests.contains(&k))
+                    };
+                    if let Some(k) = job.kill.iter().find(|&&k| !activated(k)) {
+                        return Err(format!(
+                            "--kill {k} --kill-on activation: the plan never activates rank {k} \
+                             (only live destinations other than the root {} are activated)",
+                            spec.root
+                        ));
+                    }
+                }
+                Ok(Some(spec))
+            }
+        }
+    }
+
+    /// Runs the job at the rank `launch` opens, after [`JobCommand::check`] (so a rank
+    /// with bad input fails before it connects).
+    pub fn run<L: Launch>(&self, launch: &L) -> Result<Finished, String> {
+        let spec = self.prepare(launch.size())?;
+        match (self, spec) {
+            (JobCommand::Validate { job, threaded }, _) if *threaded => {
+                validate_threaded(launch, job)
+            }
+            (JobCommand::Validate { job, .. }, _) => validate(start(launch, job)?, job),
+            (JobCommand::Latency { reps, job }, _) => latency::latency(launch, job, *reps),
+            (JobCommand::Broadcast { job, threaded, .. }, Some(spec)) => {
                 if *threaded {
                     broadcast_threaded(launch, spec, job)
                 } else {
                     broadcast(start(launch, job)?, spec, job)
                 }
+            }
+            (JobCommand::Broadcast { .. }, None) => {
+                unreachable!("prepare reads a broadcast's plan")
             }
         }
     }
@@ -208,6 +318,7 @@ pub type RankDriver<T> = Driver<RankStack, T>;
 
 /// Opens the rank's transport (`launch.connect()`, the common start) and puts its
 /// stack on it, with the kill timer armed if this rank is to die at a time.
+/// Checks `args` first, so a bad option fails before the rank connects.
 pub fn start<L: Launch>(launch: &L, args: &JobArgs) -> Result<RankDriver<L::Transport>, String> {
     let n = launch.size();
     args.check(n)?;
@@ -230,7 +341,7 @@ pub fn drive<T: Transport>(transport: T, me: Rank, n: u32, args: &JobArgs) -> Ra
         span: ft_core::detector::DEFAULT_SPAN,
     };
     let origin = WallInstant::now();
-    if args.kill == Some(me) && args.kill_on.is_none() {
+    if args.kills(me) && args.kill_on.is_none() {
         let at = StdDuration::from_millis(args.kill_at_ms);
         std::thread::spawn(move || {
             std::thread::sleep(at.saturating_sub(origin.elapsed()));
@@ -279,30 +390,59 @@ pub fn validate_once<T: Transport>(
         .map_err(|e| e.to_string())?
 }
 
-/// Runs the stack until it knows rank `dead` failed (or stops, or `limit` passes).
+/// Runs the stack until it knows every rank of `dead` failed (or stops, or `limit`
+/// passes). A rank that is itself in `dead` waits here until its kill fires.
 pub fn await_death<T: Transport>(
     driver: &mut RankDriver<T>,
-    dead: Rank,
+    dead: &[Rank],
     limit: StdDuration,
 ) -> Result<(), String> {
+    if dead.is_empty() {
+        return Ok(());
+    }
     driver
-        .run_until(
-            &format!("learning that rank {dead} died"),
-            limit,
-            |stack, events| {
-                if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
-                    return Some(Err(stop));
-                }
-                events.clear();
-                stack
-                    .node()
-                    .view()
-                    .known_failed()
-                    .contains(dead)
-                    .then_some(Ok(()))
-            },
-        )
+        .run_until(&learning_deaths(dead), limit, |stack, events| {
+            if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
+                return Some(Err(stop));
+            }
+            events.clear();
+            let known = stack.node().view().known_failed();
+            dead.iter()
+                .all(|&rank| known.contains(rank))
+                .then_some(Ok(()))
+        })
         .map_err(|e| e.to_string())?
+}
+
+/// [`await_death`] on a [`Runtime`]: polls the published view (`L_i` and what is
+/// pending) until it holds every rank of `dead`.
+pub fn await_death_threaded(
+    runtime: &Runtime,
+    dead: &[Rank],
+    limit: StdDuration,
+) -> Result<(), String> {
+    let since = WallInstant::now();
+    loop {
+        let view = runtime.view();
+        if dead
+            .iter()
+            .all(|&rank| view.local.contains(rank) || view.pending.contains(rank))
+        {
+            return Ok(());
+        }
+        if since.elapsed() > limit {
+            return Err(format!("timed out {}", learning_deaths(dead)));
+        }
+        std::thread::sleep(StdDuration::from_millis(5));
+    }
+}
+
+/// What [`await_death`] waits for, for its timeout message.
+fn learning_deaths(dead: &[Rank]) -> String {
+    match dead {
+        [rank] => format!("learning that rank {rank} died"),
+        _ => format!("learning that ranks {dead:?} died"),
+    }
 }
 
 /// Why the rank stopped, if `event` says it did.
@@ -325,14 +465,14 @@ pub fn validate<T: JobTransport>(
     args: &JobArgs,
 ) -> Result<Finished, String> {
     let limit = args.limit();
-    if args.kill == Some(driver.transport().rank()) && args.kill_on == Some(KillStep::Validate) {
+    if args.dies_on(driver.transport().rank(), KillStep::Validate) {
         die();
     }
     let mut validations = vec![validate_once(&mut driver, limit)?];
-    if let Some(dead) = args.kill {
-        // Everyone validates again once it knows the dead rank, so the last G holds it.
-        // (The killed rank waits here until its kill timer fires.)
-        await_death(&mut driver, dead, limit)?;
+    if !args.kill.is_empty() {
+        // Everyone validates again once it knows every killed rank dead, so the last G
+        // is the killed set. (A killed rank waits here until its kill timer fires.)
+        await_death(&mut driver, &args.kill, limit)?;
         validations.push(validate_once(&mut driver, limit)?);
     }
     driver
@@ -368,22 +508,12 @@ pub fn validate_threaded<L: Launch>(launch: &L, args: &JobArgs) -> Result<Finish
     let limit = args.limit();
     let (me, n) = (launch.rank(), launch.size());
     let runtime = spawn(launch, args)?;
-    if args.kill == Some(me) && args.kill_on == Some(KillStep::Validate) {
+    if args.dies_on(me, KillStep::Validate) {
         die();
     }
     let mut validations = vec![runtime.validate_global().map_err(|e| e.to_string())?];
-    if let Some(dead) = args.kill {
-        let since = WallInstant::now();
-        loop {
-            let view = runtime.view();
-            if view.local.contains(dead) || view.pending.contains(dead) {
-                break;
-            }
-            if since.elapsed() > limit {
-                return Err(format!("timed out waiting to learn that rank {dead} died"));
-            }
-            std::thread::sleep(StdDuration::from_millis(5));
-        }
+    if !args.kill.is_empty() {
+        await_death_threaded(&runtime, &args.kill, limit)?;
         validations.push(runtime.validate_global().map_err(|e| e.to_string())?);
     }
     let local: Vec<Rank> = runtime.view().local.iter().collect();
@@ -422,20 +552,14 @@ struct BroadcastJob {
 }
 
 impl BroadcastJob {
-    fn new(spec: &PlanSpec, me: Rank, n: u32) -> Result<Self, String> {
-        if spec.ranks != n {
-            return Err(format!(
-                "the plan is for {} ranks, the job has {n}",
-                spec.ranks
-            ));
-        }
-        Ok(BroadcastJob {
+    fn new(spec: &PlanSpec, me: Rank) -> Self {
+        BroadcastJob {
             names: spec.outputs.iter().map(|o| o.name.clone()).collect(),
             sizes: spec.outputs.iter().map(|o| o.bytes).collect(),
             needs: (0..spec.outputs.len() as u32)
                 .filter(|&j| me != spec.root && spec.outputs[j as usize].dests.contains(&me))
                 .collect(),
-        })
+        }
     }
 
     /// The root's payloads, one per output.
@@ -467,8 +591,8 @@ pub fn broadcast<T: JobTransport>(
     args: &JobArgs,
 ) -> Result<Finished, String> {
     let limit = args.limit();
-    let (me, n) = (driver.transport().rank(), driver.transport().size());
-    let job = BroadcastJob::new(&spec, me, n)?;
+    let me = driver.transport().rank();
+    let job = BroadcastJob::new(&spec, me);
     if me == spec.root {
         let payloads = job.payloads();
         driver
@@ -476,7 +600,7 @@ pub fn broadcast<T: JobTransport>(
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
     }
-    let kill_on_activation = args.kill == Some(me) && args.kill_on.is_some();
+    let kill_on_activation = args.dies_on(me, KillStep::Activation);
     let mut received = OutputSet::new();
     let mut abandoned = false;
     let outcome = driver.run_until("the outputs this rank needs", limit, |stack, events| {
@@ -506,7 +630,10 @@ pub fn broadcast<T: JobTransport>(
     });
     outcome.map_err(|e| e.to_string())??;
     // The root and inner ranks must stay until every survivor is served (repairs need
-    // them): a global validation is the fault-tolerant barrier.
+    // them): they wait until every killed rank is dead (a killed rank below a killed
+    // parent is activated only after a repair), then a global validation is the
+    // fault-tolerant barrier, and its G is the killed set.
+    await_death(&mut driver, &args.kill, limit)?;
     let (_, g) = validate_once(&mut driver, limit)?;
     driver
         .run_for(StdDuration::from_millis(args.linger_ms))
@@ -545,8 +672,9 @@ pub fn broadcast_threaded<L: Launch>(
     if args.kill_on.is_some() {
         return Err("--kill-on needs the single-threaded loop; use --kill-at-ms".into());
     }
+    let limit = args.limit();
     let me = launch.rank();
-    let job = BroadcastJob::new(&spec, me, launch.size())?;
+    let job = BroadcastJob::new(&spec, me);
     let runtime = spawn(launch, args)?;
     if me == spec.root {
         runtime
@@ -562,6 +690,7 @@ pub fn broadcast_threaded<L: Launch>(
     };
     let verified =
         data.len() == job.needs.len() && data.iter().all(|(j, bytes)| job.is_intact(*j, bytes));
+    await_death_threaded(&runtime, &args.kill, limit)?;
     let counts = runtime.validate_local().map_err(|e| e.to_string())?;
     let (_, g) = runtime.validate_global().map_err(|e| e.to_string())?;
     let saw_failure = !g.is_empty() || counts.failed > 0;
@@ -605,9 +734,146 @@ pub fn median(mut times: Vec<f64>) -> Option<f64> {
     times.get(times.len() / 2).copied()
 }
 
-/// Reads and checks a plan file (DESIGN.md's contract).
+/// Reads a plan file (DESIGN.md's contract) and validates the broadcast it describes
+/// (names, destinations, root), so every rank refuses a bad plan before it connects.
 pub fn read_plan(path: &std::path::Path) -> Result<PlanSpec, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    backend_sim::plan_file::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let spec =
+        backend_sim::plan_file::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    spec.validate()
+        .map_err(|e| format!("{}: invalid plan: {e}", path.display()))?;
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        job: JobCommand,
+    }
+
+    fn parse(args: &str) -> Result<JobCommand, String> {
+        Cli::try_parse_from(std::iter::once("ft").chain(args.split_whitespace()))
+            .map(|cli| cli.job)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Parses and checks `args` for `n` ranks; the error as a user sees it.
+    fn checked(args: &str, n: u32) -> Result<JobCommand, String> {
+        let job = parse(args)?;
+        job.check(n)?;
+        Ok(job)
+    }
+
+    fn refused(args: &str, n: u32, why: &str) {
+        match checked(args, n) {
+            Ok(job) => panic!("{args:?} accepted: {job:?}"),
+            Err(e) => assert!(e.contains(why), "{args:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn kill_takes_one_rank_or_a_list() {
+        assert_eq!(checked("validate --kill 2", 5).unwrap().args().kill, [2]);
+        let node = checked("validate --kill 4,5,6,7 --kill-on validate", 8).unwrap();
+        assert_eq!(node.args().kill, [4, 5, 6, 7]);
+        assert!(node.args().kills(6) && !node.args().kills(3));
+        refused("validate --kill 4,5,4", 8, "--kill names rank 4 twice");
+        refused(
+            "validate --kill 4,8",
+            8,
+            "--kill 8: the job's ranks are 0..8",
+        );
+        refused("validate --kill 0,1", 2, "none would survive");
+    }
+
+    #[test]
+    fn options_that_do_not_apply_are_refused() {
+        refused("validate --kill-on validate", 4, "--kill");
+        refused("validate --kill-at-ms 5", 4, "--kill");
+        refused(
+            "validate --kill 1 --kill-at-ms 5 --kill-on validate",
+            4,
+            "cannot be used with",
+        );
+        refused(
+            "validate --kill 1 --kill-on activation",
+            4,
+            "needs a broadcast",
+        );
+        refused(
+            "broadcast plans/mpi-8.json --kill 3 --kill-on validate",
+            8,
+            "applies to the validate job",
+        );
+        refused(
+            "broadcast plans/mpi-8.json --threaded --kill 3 --kill-on activation",
+            8,
+            "cannot be used with",
+        );
+        refused("latency --reps 0", 4, "--reps");
+        refused("latency --kill 1", 4, "failure-free");
+        refused("latency", 1, "at least 2 ranks");
+        refused("validate --period-ms 0", 4, "--period-ms");
+        refused("validate --limit-s 0", 4, "--limit-s");
+        refused(
+            "validate --period-ms 500 --timeout-ms 500",
+            4,
+            "shorter than",
+        );
+    }
+
+    #[test]
+    fn broadcast_plans_are_checked_before_any_rank_connects() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let plan = |name: &str| format!("{root}/plans/{name}");
+        assert!(checked(&format!("broadcast {}", plan("mpi-8.json")), 8).is_ok());
+        refused(
+            &format!("broadcast {}", plan("mpi-8.json")),
+            4,
+            "the plan is for 8 ranks, the job has 4",
+        );
+        refused(
+            "broadcast /no/such/plan.json",
+            4,
+            "cannot read /no/such/plan.json",
+        );
+        let dir = std::env::temp_dir().join(format!("ft-jobs-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let partial = dir.join("partial.json");
+        std::fs::write(
+            &partial,
+            r#"{"ranks": 4, "root": 0, "outputs": [{"name": "A", "bytes": 10, "dests": [1, 2]}]}"#,
+        )
+        .unwrap();
+        let on_activation = |rank: u32| {
+            format!(
+                "broadcast {} --kill {rank} --kill-on activation",
+                partial.display()
+            )
+        };
+        assert!(checked(&on_activation(2), 4).is_ok());
+        // The root and a rank that needs nothing are never activated.
+        refused(&on_activation(0), 4, "never activates rank 0");
+        refused(&on_activation(3), 4, "never activates rank 3");
+        let duplicate = dir.join("duplicate.json");
+        std::fs::write(
+            &duplicate,
+            r#"{"ranks": 4, "root": 0, "outputs": [
+                {"name": "A", "bytes": 10, "dests": [1, 2]},
+                {"name": "A", "bytes": 10, "dests": [3]}]}"#,
+        )
+        .unwrap();
+        refused(
+            &format!("broadcast {}", duplicate.display()),
+            4,
+            "invalid plan: two outputs are named \"A\"",
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,6 +1,8 @@
 //! Reading a job's output: the JSON lines of its surviving ranks, and the checks every
 //! backend's tests make on them. Each check returns what is wrong, naming the rank.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
 
 /// The JSON lines of `stdout` (other lines are skipped), sorted by rank.
@@ -17,6 +19,11 @@ pub fn parse_lines(stdout: &str) -> Result<Vec<Value>, String> {
 /// The ranks that printed a line, in order.
 pub fn ranks(lines: &[Value]) -> Vec<u64> {
     lines.iter().filter_map(|v| v["rank"].as_u64()).collect()
+}
+
+/// A JSON array of ranks (a `G` or an `L`) as a set; `None` if it is not one.
+pub fn rank_set(value: &Value) -> Option<BTreeSet<u64>> {
+    value.as_array()?.iter().map(Value::as_u64).collect()
 }
 
 /// The agreed set `G` of every validation, checked identical (epochs and sets) at every
@@ -81,6 +88,8 @@ mod tests {
         );
         assert!(agreed(&[v(json!([2])), v(json!([]))]).is_err());
         assert!(agreed(&[]).is_err());
+        assert_eq!(rank_set(&json!([5, 4, 5])), Some(BTreeSet::from([4, 5])));
+        assert_eq!(rank_set(&json!([4, "x"])), None);
 
         let b = |received: Value, verified: bool| {
             json!({"rank": 1, "needs": ["A"], "received": received,

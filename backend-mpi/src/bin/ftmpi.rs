@@ -3,16 +3,35 @@
 //!
 //! ```sh
 //! mpiexec -n 4 --with-ft ulfm ftmpi validate --kill 2 --kill-at-ms 5
+//! mpiexec -n 8 --with-ft ulfm ftmpi validate --kill 4,5,6,7 --kill-on validate
 //! mpiexec -n 8 --with-ft ulfm ftmpi broadcast plans/mpi-8.json --kill 1 --kill-on activation
 //! ```
 //!
 //! The jobs are `ft-jobs`' (shared with every real backend): every surviving rank
-//! prints one JSON line on stdout; the process exits with status 1 if the rank could not
-//! finish (a timeout, an MPI error, or the rank was declared dead and stopped). Kills
-//! are real: the chosen rank sends itself `SIGKILL`, either `--kill-at-ms` after the
-//! common start (a barrier) or at a protocol step (`--kill-on`). `ftmpi bench` is this
-//! backend's own: it times `validate_global` against ULFM's `MPIX_Comm_agree`.
+//! prints one JSON line on stdout. Kills are real: every rank `--kill` lists sends
+//! itself `SIGKILL`, either `--kill-at-ms` after the common start (a barrier) or at a
+//! protocol step (`--kill-on`). `ftmpi bench` is this backend's own: it times
+//! `validate_global` against ULFM's `MPIX_Comm_agree` (or, with `--kill R`, one rank,
+//! `MPIX_Comm_shrink`).
+//!
+//! How a job ends, so that no rank is left behind (measured with Open MPI 5.0.11 under
+//! `--with-ft ulfm`: `MPI_Abort` does not stop the other ranks, and a rank that calls
+//! `MPI_Finalize` after another left without it waits forever, ompi#11404):
+//!
+//! - **bad input** (a usage error, a check of `ft_jobs::JobCommand::check`): every rank
+//!   checks before it connects, the ranks agree on the outcome (an all-reduce: no rank
+//!   has failed yet), the lowest rank that refused prints why, once, and every rank
+//!   finalizes and exits with status 2 (`--help` and `--version`: printed by rank 0,
+//!   status 0);
+//! - **a failure after connecting** (a timeout, an MPI error, the rank was declared
+//!   dead): the rank prints why and exits with status 1 without finalizing, as a crashed
+//!   rank would; under ULFM the others see it fail and finish without it, and
+//!   `mpiexec` exits non-zero;
+//! - **success**: a rank that saw a failure exits without finalizing; one that saw none
+//!   finalizes, but gives up waiting after [`FINALIZE_LIMIT`] (a rank may have failed
+//!   after this one stopped looking).
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
@@ -20,7 +39,7 @@ use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
-use mpi::collective::CommunicatorCollectives;
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::environment::Threading;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
@@ -46,7 +65,7 @@ enum Command {
     /// renumbering (`Survivors`) instead.
     Bench {
         /// Repetitions of each operation.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         reps: u32,
         /// The driver's idle sleep in microseconds (0: always spin, as MPI's own
         /// progress loop does).
@@ -61,18 +80,63 @@ enum Command {
     },
 }
 
+impl Cli {
+    /// Checks the command for a job of `n` ranks under `threading`, before any rank
+    /// connects.
+    fn check(&self, n: u32, threading: Threading) -> Result<(), String> {
+        match &self.command {
+            Command::Job(job) => {
+                if job.threaded() && threading < Threading::Serialized {
+                    return Err(format!(
+                        "this MPI offers {threading:?} threading; a progress thread needs Serialized"
+                    ));
+                }
+                job.check(n)
+            }
+            Command::Bench { job, .. } => {
+                job.check(n)?;
+                if job.kill_on.is_some() {
+                    return Err("bench: --kill-on does not apply (the killed rank dies \
+                                --kill-at-ms after the start)"
+                        .into());
+                }
+                if job.kill.len() > 1 {
+                    return Err(format!(
+                        "bench: --kill takes one rank (the shrink is timed after one \
+                         death), not {:?}",
+                        job.kill
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The exit status of bad input, as for clap's usage errors.
+const BAD_INPUT: u8 = 2;
+
+/// The longest a rank that saw no failure waits in `MPI_Finalize` before it exits
+/// anyway.
+const FINALIZE_LIMIT: StdDuration = StdDuration::from_secs(5);
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let parsed = Cli::try_parse();
     // Serialized: in threaded runs the progress thread, not the main one, calls MPI.
     let Some((universe, threading)) = mpi::initialize_with_threading(Threading::Serialized) else {
         eprintln!("ftmpi: MPI was initialized already");
         return ExitCode::FAILURE;
     };
+    let world = universe.world();
     let launch = MpiLaunch::world();
+    let cli = match agree_on_input(&world, parsed, threading) {
+        Ok(cli) => cli,
+        Err(code) => {
+            drop(universe);
+            return code;
+        }
+    };
     let result = match &cli.command {
-        Command::Job(job) if job.threaded() && threading < Threading::Serialized => Err(format!(
-            "this MPI offers {threading:?} threading; a progress thread needs Serialized"
-        )),
         Command::Job(job) => job.run(&launch),
         Command::Bench {
             reps,
@@ -84,29 +148,84 @@ fn main() -> ExitCode {
                 StdDuration::from_micros(*spin_us),
                 StdDuration::from_micros(*idle_us),
             );
-            match job.kill {
-                None => bench(&universe.world(), driver, job, *reps),
-                Some(dead) => bench_shrink(&universe.world(), driver, job, *reps, dead),
+            match job.kill[..] {
+                [] => bench(&world, driver, job, *reps),
+                [dead] => bench_shrink(&world, driver, job, *reps, dead),
+                _ => unreachable!("Cli::check allows one rank"),
             }
         }),
     };
     match result {
         Ok(Finished { line, saw_failure }) => {
             println!("{line}");
+            let _ = std::io::stdout().flush();
             if saw_failure {
                 // Open MPI 5's MPI_Finalize can wait forever on a dead process after a
                 // failure (its PMIx fence: open-mpi/ompi#11404), so a rank that saw one
                 // leaves without it, as ULFM programs that cannot finalize do.
-                let _ = std::io::Write::flush(&mut std::io::stdout());
                 std::process::exit(0);
             }
+            // A rank may have failed after this one stopped looking: bound the wait.
+            std::thread::spawn(|| {
+                std::thread::sleep(FINALIZE_LIMIT);
+                // SAFETY: _exit(2) ends the process at once; no memory is involved.
+                unsafe { libc::_exit(0) };
+            });
+            drop(universe);
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // Fail-stop: leave as a crashed rank does, so that the others (under
+            // ULFM) see this rank fail and finish without it; finalizing could wait
+            // forever on them.
             eprintln!("ftmpi: rank {}: {e}", launch.rank());
-            ExitCode::FAILURE
+            let _ = std::io::stderr().flush();
+            std::process::exit(1);
         }
     }
+}
+
+/// Every rank checks its command line (`parsed`, then [`Cli::check`]) before any
+/// connects, and all agree on the outcome: the lowest rank that refused prints why
+/// (clap's own text for usage errors), and every rank gets the exit code to end with.
+fn agree_on_input(
+    world: &SimpleCommunicator,
+    parsed: Result<Cli, clap::Error>,
+    threading: Threading,
+) -> Result<Cli, ExitCode> {
+    let (rank, size) = (world.rank(), world.size());
+    let checked = parsed.map_err(Refusal::Usage).and_then(|cli| {
+        cli.check(size as u32, threading)
+            .map(|()| cli)
+            .map_err(Refusal::Check)
+    });
+    let mut first_refusing = size;
+    let mine = if checked.is_err() { rank } else { size };
+    world.all_reduce_into(&mine, &mut first_refusing, SystemOperation::min());
+    match checked {
+        Ok(cli) if first_refusing == size => Ok(cli),
+        Ok(_) => Err(ExitCode::from(BAD_INPUT)),
+        Err(Refusal::Usage(e)) => {
+            if rank == first_refusing {
+                let _ = e.print();
+            }
+            Err(ExitCode::from(e.exit_code() as u8))
+        }
+        Err(Refusal::Check(e)) => {
+            if rank == first_refusing {
+                eprintln!("ftmpi: {e}");
+            }
+            Err(ExitCode::from(BAD_INPUT))
+        }
+    }
+}
+
+/// Why a rank refused its command line.
+enum Refusal {
+    /// Clap's (including `--help` and `--version`, which exit with 0).
+    Usage(clap::Error),
+    /// [`Cli::check`]'s.
+    Check(String),
 }
 
 /// `ftmpi bench`: prints `{"rank", "n", "reps", "median_us": {"barrier",
@@ -170,7 +289,7 @@ fn bench_shrink(
     // Collectives on the world must report the dead rank, not abort the job.
     backend_mpi::transport::errors_return(world).map_err(|e| e.to_string())?;
     // The killed rank waits here for its kill timer.
-    ft_jobs::await_death(&mut driver, dead, limit)?;
+    ft_jobs::await_death(&mut driver, &[dead], limit)?;
     ft_jobs::validate_once(&mut driver, limit)?;
     let live = backend_mpi::ulfm::shrink(world).map_err(|e| e.to_string())?;
     let mut times: [Vec<f64>; 2] = Default::default();

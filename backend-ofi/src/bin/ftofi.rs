@@ -3,6 +3,7 @@
 //!
 //! ```sh
 //! ftofi -n 4 validate --kill 2 --kill-at-ms 5
+//! ftofi -n 8 validate --kill 4,5,6,7 --kill-on validate
 //! ftofi -n 8 --provider sockets broadcast plans/mpi-8.json --kill 3 --kill-on activation
 //! ```
 //!
@@ -23,15 +24,20 @@
 //! mpiexec -n 8 ftofi --rendezvous /shared/run1 --address 10.0.0.5 broadcast plan.json
 //! ```
 //!
-//! The launcher succeeds when every rank exited with status 0, except the rank chosen
-//! by `--kill`, which must have been killed by `SIGKILL`; a job still running after
-//! `--job-limit-s` is killed and fails.
+//! The launcher first checks the whole command for `-n` ranks (`JobCommand::check`:
+//! the options, the kill list, the plan file) and starts no rank if it is wrong. It
+//! succeeds when exactly the ranks `--kill` lists were killed by `SIGKILL` and every
+//! other rank exited with status 0. The first rank to end any other way (an error, an
+//! unlisted signal) fails the job at once: the launcher kills the other ranks and says
+//! how that rank ended. A job still running after `--job-limit-s` is killed and fails.
+//! An error line that several ranks print alike is passed on once.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backend_ofi::{OfiConfig, OfiLaunch};
@@ -90,16 +96,42 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::BadInput(e)) => {
+            eprintln!("ftofi: {e}");
+            ExitCode::from(BAD_INPUT)
+        }
+        Err(Failure::Job(e)) => {
             eprintln!("ftofi: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-/// Rank mode: the job at one rank; prints its line.
-fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), String> {
+/// The exit status for bad input (options, kill list, plan file), as for clap's usage
+/// errors; a job that fails exits with 1.
+const BAD_INPUT: u8 = 2;
+
+/// Why `ftofi` failed.
+enum Failure {
+    /// The command cannot run as given; no rank was started (or this rank did not
+    /// connect).
+    BadInput(String),
+    /// The job ran and failed.
+    Job(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Job(e)
+    }
+}
+
+/// Rank mode: the job at one rank (checked before it connects); prints its line.
+fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), Failure> {
     let (rank, size) = rank_and_size()?;
+    cli.command
+        .check(size)
+        .map_err(|e| Failure::BadInput(format!("rank {rank}: {e}")))?;
     let mut config = OfiConfig::new(rank, size, rendezvous);
     config.provider = cli.provider.clone();
     config.address = cli.address.clone();
@@ -140,21 +172,56 @@ struct Exit {
     stdout: String,
 }
 
-/// Launcher mode: starts the ranks, waits for them, prints their lines, judges their
-/// exits.
-fn launch(cli: &Cli) -> Result<(), String> {
+impl Exit {
+    /// Whether the rank ended as the job expects: killed by `SIGKILL` if `--kill`
+    /// lists it, else exited with status 0.
+    fn as_expected(&self, killed: bool) -> bool {
+        self.status.as_ref().is_ok_and(|s| {
+            if killed {
+                s.signal() == Some(libc::SIGKILL)
+            } else {
+                s.success()
+            }
+        })
+    }
+
+    /// How the rank ended, for a person.
+    fn describe(&self) -> String {
+        match &self.status {
+            Ok(status) => match status.signal() {
+                Some(libc::SIGKILL) => "was killed by SIGKILL".to_string(),
+                Some(signal) => format!("was killed by signal {signal}"),
+                None => format!("exited with status {}", status.code().unwrap_or(-1)),
+            },
+            Err(e) => format!("could not be waited for: {e}"),
+        }
+    }
+}
+
+/// Launcher mode: checks the command, starts the ranks, waits for them, prints their
+/// lines, judges their exits; the first unexpected exit ends the job.
+fn launch(cli: &Cli) -> Result<(), Failure> {
     let n = cli.ranks;
     if n == 0 {
-        return Err("-n must be at least 1".into());
+        return Err(Failure::BadInput("-n must be at least 1".into()));
     }
+    cli.command.check(n).map_err(Failure::BadInput)?;
     let job = cli.command.args();
-    job.check(n)?;
     let rendezvous = Rendezvous::new()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find ftofi itself: {e}"))?;
     let (done, exits) = mpsc::channel();
+    let seen = Arc::new(Mutex::new(HashSet::new()));
     let mut pids = Vec::new();
+    let kill_all = |pids: &[u32]| {
+        for &pid in pids {
+            // SAFETY: kill(2) on a child's pid; no memory is involved. A child that has
+            // exited already is a zombie until its waiting thread reaps it, so the pid
+            // is still ours.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    };
     for rank in 0..n {
-        let mut child = Process::new(&exe)
+        let child = Process::new(&exe)
             .args(std::env::args_os().skip(1))
             .env(RANK_VAR, rank.to_string())
             .env(SIZE_VAR, n.to_string())
@@ -163,13 +230,22 @@ fn launch(cli: &Cli) -> Result<(), String> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start rank {rank}: {e}"))?;
+            .spawn();
+        let mut child = match child {
+            Ok(child) => child,
+            Err(e) => {
+                kill_all(&pids);
+                return Err(Failure::Job(format!("cannot start rank {rank}: {e}")));
+            }
+        };
         pids.push(child.id());
         let stderr = child.stderr.take().expect("piped");
+        let seen = Arc::clone(&seen);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[rank {rank}] {line}");
+                if first_time(&seen, &line) {
+                    eprintln!("[rank {rank}] {line}");
+                }
             }
         });
         let done = done.clone();
@@ -191,40 +267,52 @@ fn launch(cli: &Cli) -> Result<(), String> {
     let mut finished: Vec<Exit> = Vec::with_capacity(n as usize);
     while finished.len() < n as usize {
         match exits.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(exit) => finished.push(exit),
+            Ok(exit) if exit.as_expected(job.kills(exit.rank)) => finished.push(exit),
+            Ok(exit) => {
+                kill_all(&pids);
+                // Let the other ranks' standard error drain before the verdict.
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(Failure::Job(format!(
+                    "rank {} {}{}; the other ranks were stopped",
+                    exit.rank,
+                    exit.describe(),
+                    if job.kills(exit.rank) {
+                        " (--kill lists it: it should have been killed by SIGKILL)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
             Err(_) => {
-                for &pid in &pids {
-                    // SAFETY: kill(2) on a child's pid; no memory is involved.
-                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                }
-                return Err(format!(
+                kill_all(&pids);
+                return Err(Failure::Job(format!(
                     "the job ran past {} s and was killed",
                     cli.job_limit_s
-                ));
+                )));
             }
         }
     }
     finished.sort_by_key(|e| e.rank);
-    let mut wrong = Vec::new();
     for exit in &finished {
         print!("{}", exit.stdout);
-        let status = exit.status.as_ref().map_err(|e| e.to_string());
-        let expected = if job.kill == Some(exit.rank) {
-            status
-                .as_ref()
-                .is_ok_and(|s| s.signal() == Some(libc::SIGKILL))
-        } else {
-            status.as_ref().is_ok_and(|s| s.success())
-        };
-        if !expected {
-            wrong.push(format!("rank {} ended with {status:?}", exit.rank));
-        }
     }
-    if wrong.is_empty() {
-        Ok(())
-    } else {
-        Err(wrong.join("; "))
-    }
+    Ok(())
+}
+
+/// Whether `line` of a rank's standard error has not been passed on yet: a rank's own
+/// error line (`ftofi: rank R: ...`) counts as seen when another rank printed the same
+/// error.
+fn first_time(seen: &Mutex<HashSet<String>>, line: &str) -> bool {
+    let Some(error) = line
+        .strip_prefix("ftofi: rank ")
+        .and_then(|rest| rest.split_once(": "))
+        .map(|(_, error)| error)
+    else {
+        return true;
+    };
+    seen.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(error.to_string())
 }
 
 /// Where the ranks of a job `ftofi` launches listen: all on this machine.
