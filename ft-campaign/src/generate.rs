@@ -233,11 +233,13 @@ pub fn generate(seed: u64, run: u64, config: &GenConfig) -> Job {
     };
     let moment = match &kind {
         JobKind::Validate if rng.chance(1, 3) => Moment::OnValidate,
-        // The killed rank waits for its own death in a validate job, so any time works.
+        // Survivors (and the killed ranks) wait for every listed death before the last
+        // validation, so any time works.
         JobKind::Validate => Moment::AtMs(rng.range(0, 501)),
         JobKind::Broadcast(_) if rng.chance(1, 2) => Moment::OnActivation,
-        // A broadcast rank goes on once served: the kill must come before it ends.
-        JobKind::Broadcast(_) => Moment::AtMs(rng.range(0, 31)),
+        // Mostly while the data moves; sometimes once it has arrived.
+        JobKind::Broadcast(_) if rng.chance(3, 4) => Moment::AtMs(rng.range(0, 31)),
+        JobKind::Broadcast(_) => Moment::AtMs(rng.range(0, 501)),
     };
     let candidates: Vec<Rank> = match &kind {
         JobKind::Validate => (0..ranks).collect(),

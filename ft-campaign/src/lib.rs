@@ -21,10 +21,8 @@
 //!   is killed), and no rank may give up waiting for a step;
 //! - **disagreement**: every survivor returns the same `G` from every validation, `G`
 //!   never holds a rank that was not killed (`G ⊆ F`), and the set the survivors agree
-//!   on once they know every death is exactly the killed set (the validate job's last
-//!   validation; a broadcast's closing validation when the ranks died on activation,
-//!   which it cannot pass without them; when they died at a time, possibly after the
-//!   closing validation, only `G ⊆` killed is checked);
+//!   on once they know every death (the validate job's last validation, the broadcast
+//!   job's closing one) is exactly the killed set;
 //! - **lost outputs**: every surviving destination received exactly the outputs the
 //!   plan gives it, byte for byte, and gave nothing up (`report::served`);
 //! - **other**: the launcher or `mpiexec` failed, a survivor stopped with an error (a

@@ -9,9 +9,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// At most this many ranks die in one job.
-const MAX_KILLS: &str = "1";
-
 /// The workspace root.
 fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -56,7 +53,6 @@ fn campaign(ftofi: &PathBuf, logs: &std::path::Path, extra: &[&str]) -> (bool, V
         .arg(ftofi)
         .arg("--logs")
         .arg(logs)
-        .args(["--max-kills", MAX_KILLS])
         .args(extra)
         .output()
         .expect("starting ftcampaign");
