@@ -451,36 +451,30 @@ fn random_schedules() -> &'static Tally {
     })
 }
 
-/// The first few lines of a list, for a failure message.
-fn first_few(lines: &[String]) -> String {
-    lines[..lines.len().min(8)].join("\n")
+/// Fails, listing the first few, unless `lines` (schedules or runs that broke a
+/// property, `what`) is empty.
+fn assert_none(lines: &[String], what: &str) {
+    assert!(
+        lines.is_empty(),
+        "{} {what}:\n{}",
+        lines.len(),
+        lines[..lines.len().min(8)].join("\n")
+    );
 }
 
 #[test]
 fn random_adjacent_deaths_declare_no_live_rank_and_are_all_found() {
     let tally = random_schedules();
-    assert!(
-        tally.false_declarations.is_empty(),
-        "{} schedules declared a live rank:\n{}",
-        tally.false_declarations.len(),
-        first_few(&tally.false_declarations)
-    );
-    assert!(
-        tally.incomplete.is_empty(),
-        "{} schedules incomplete at their deadline:\n{}",
-        tally.incomplete.len(),
-        first_few(&tally.incomplete)
-    );
+    assert_none(&tally.false_declarations, "schedules declared a live rank");
+    assert_none(&tally.incomplete, "schedules incomplete at their deadline");
 }
 
 #[test]
 fn random_runs_of_adjacent_deaths_are_found_within_the_bound() {
     let tally = random_schedules();
-    assert!(
-        tally.late_runs.is_empty(),
-        "{} of {} runs known everywhere only after their bound:\n{}",
-        tally.late_runs.len(),
-        tally.runs[0] + tally.runs[1],
-        first_few(&tally.late_runs)
+    let runs = tally.runs[0] + tally.runs[1];
+    assert_none(
+        &tally.late_runs,
+        &format!("of {runs} runs known everywhere only after their bound"),
     );
 }
