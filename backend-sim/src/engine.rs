@@ -368,9 +368,10 @@ pub fn ceil_log2(n: u32) -> u32 {
 /// survivor knows every rank of it within
 /// `2·timeout + period + (⌈log2 n⌉ + 4)·delay` after the last of them died, where
 /// `delay` is [`NetModel::delay`], for `k ≤ span`; a longer run may take one more
-/// `timeout` per doubling past the span (`⌈log2 ⌈k / span⌉⌉` of them).
+/// `timeout` per doubling past the span (`⌈log2 ⌈k / span⌉⌉` of them). The span is the
+/// one the detector runs with: the scenario's, capped at `n / 2`.
 pub fn detection_bound(n: u32, k: u32, settings: &RunSettings, net: &NetModel) -> Duration {
-    let doublings = ceil_log2(k.div_ceil(settings.span.max(1)));
+    let doublings = ceil_log2(k.div_ceil(settings.span.min(n / 2).max(1)));
     settings.timeout.saturating_mul(2 + u64::from(doublings))
         + settings.period
         + net.delay().saturating_mul(u64::from(ceil_log2(n) + 4))
