@@ -395,9 +395,8 @@ fn check_random_schedule(seed: u64) -> Tally {
         let compound = killed.iter().any(|&r| {
             let ahead = (r + schedule.n - last_rank) % schedule.n;
             (1..=span).contains(&ahead)
-                && death_ms(&schedule, r).is_some_and(|t| {
-                    t >= first_death - bound_ms && t <= last_death + bound_ms
-                })
+                && death_ms(&schedule, r)
+                    .is_some_and(|t| t >= first_death - bound_ms && t <= last_death + bound_ms)
         });
         tally.compound_runs += u32::from(compound);
         if all_knew > at_ms(last_death) + bound && compound {
