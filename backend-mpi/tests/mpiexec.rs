@@ -1,7 +1,10 @@
 //! Real multi-process runs: `mpiexec` starts `ftmpi` on several ranks of this machine,
-//! and the fault tests kill one of them with `SIGKILL`. Every survivor prints one JSON
-//! line; the tests read them all and check them as `ft_jobs::conformance` says (the
-//! scenarios every backend runs), plus a smoke run of the MPI-only benchmark.
+//! and the fault tests kill one of them, or a "node" of four, with `SIGKILL`. Every
+//! survivor prints one JSON line; the tests read them all and check them as
+//! `ft_jobs::conformance` says (the scenarios every backend runs), plus a smoke run of
+//! the MPI-only benchmark. Bad input (`conformance::BAD_INPUTS` and the benchmark's
+//! own) must end the job within seconds, with one clear message and a non-zero
+//! status, and so must a rank that fails after the job started.
 //!
 //! The MPI is the one the crate was built against: `mpiexec` is taken from `FT_MPIEXEC`,
 //! else from beside `MPICC`, else from `PATH`. Fault tests need Open MPI 5 with ULFM
@@ -9,8 +12,9 @@
 //! oversubscribe the cores already, and a second job beside them could starve a
 //! heartbeat long enough for a false suspicion.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -36,14 +40,14 @@ fn mpiexec() -> PathBuf {
     PathBuf::from("mpiexec")
 }
 
-/// Runs `ftmpi ARGS` on `ranks` ranks; returns the survivors' JSON lines by rank.
-fn run(ranks: u32, args: &[&str]) -> Vec<Value> {
+/// Runs `mpiexec --with-ft ulfm ARGS` (ARGS: `-n N ftmpi ...`, or several such
+/// contexts) from the workspace root; kills it and fails the test past [`JOB_LIMIT`].
+/// Returns its output and how long it took.
+fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
     let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut child = Command::new(mpiexec())
         .args(["--oversubscribe", "--bind-to", "none", "--with-ft", "ulfm"])
-        .args(["-n", &ranks.to_string()])
-        .arg(env!("CARGO_BIN_EXE_ftmpi"))
         .args(args)
         .current_dir(root)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -72,6 +76,22 @@ fn run(ranks: u32, args: &[&str]) -> Vec<Value> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("reading mpiexec's output");
+    (out, started.elapsed())
+}
+
+/// `-n RANKS ftmpi ARGS`, as [`mpiexec_run`] takes it.
+fn context<'a>(ranks: &'a str, args: &[&'a str]) -> Vec<&'a OsStr> {
+    let mut all: Vec<&OsStr> = vec!["-n".as_ref(), ranks.as_ref(), FTMPI.as_ref()];
+    all.extend(args.iter().map(|a| OsStr::new(*a)));
+    all
+}
+
+const FTMPI: &str = env!("CARGO_BIN_EXE_ftmpi");
+
+/// Runs `ftmpi ARGS` on `ranks` ranks; returns the survivors' JSON lines by rank.
+fn run(ranks: u32, args: &[&str]) -> Vec<Value> {
+    let n = ranks.to_string();
+    let (out, _) = mpiexec_run(&context(&n, args));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -128,6 +148,21 @@ fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
 }
 
 #[test]
+fn validate_global_after_a_node_is_killed() {
+    check(&conformance::VALIDATE_AFTER_A_NODE_IS_KILLED);
+}
+
+#[test]
+fn validate_global_when_a_node_dies_in_the_call() {
+    check(&conformance::VALIDATE_WHEN_A_NODE_DIES_IN_THE_CALL);
+}
+
+#[test]
+fn broadcast_serves_every_survivor_when_a_node_dies_on_activation() {
+    check(&conformance::BROADCAST_WHEN_A_NODE_DIES_ON_ACTIVATION);
+}
+
+#[test]
 fn latency_job_reports_its_ratios() {
     check(&conformance::LATENCY_SMOKE);
 }
@@ -164,5 +199,63 @@ fn bench_times_the_shrink_beside_ulfm_shrink_after_a_kill() {
             let median = line["median_us"][op].as_f64().unwrap();
             assert!(median > 0.0 && median.is_finite(), "{op}: {line}");
         }
+    }
+}
+
+/// The job failed promptly with `message` said once (`conformance::refused`).
+fn refused(args: &[&str], (out, took): &(Output, Duration), message: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    conformance::refused(out.status.success(), &stderr, *took, message)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+#[test]
+fn bad_input_ends_the_job_before_any_rank_connects() {
+    let bench: &[(u32, &[&str], &str)] = &[
+        (
+            4,
+            &["bench", "--kill", "2", "--kill-on", "activation"],
+            "bench: --kill-on does not apply",
+        ),
+        (
+            4,
+            &["bench", "--kill", "1,2"],
+            "bench: --kill takes one rank",
+        ),
+        (4, &["bench", "--reps", "0"], "0 is not in 1.."),
+    ];
+    let common = conformance::BAD_INPUTS
+        .iter()
+        .map(|bad| (bad.ranks, bad.args, bad.message));
+    for (ranks, args, message) in common.chain(bench.iter().copied()) {
+        let n = ranks.to_string();
+        let run = mpiexec_run(&context(&n, args));
+        refused(args, &run, message);
+        assert_eq!(
+            run.0.status.code(),
+            Some(2),
+            "{args:?}: bad input exits with 2"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_fails_after_the_start_ends_the_job() {
+    // Rank 3 alone gives up (its step limit, 1 s, is shorter than the 3 s the detector
+    // takes to see rank 1's death). It leaves as a crashed rank would; the others see
+    // it fail and finish without it, and mpiexec exits non-zero.
+    let kill = ["validate", "--kill", "1", "--timeout-ms", "3000"];
+    let mut args = context("3", &kill);
+    let impatient: Vec<&str> = kill.iter().copied().chain(["--limit-s", "1"]).collect();
+    args.push(":".as_ref());
+    args.extend(context("1", &impatient));
+    let run = mpiexec_run(&args);
+    refused(&impatient, &run, "ftmpi: rank 3: timed out");
+    let stdout = String::from_utf8_lossy(&run.0.stdout);
+    let lines = ft_jobs::report::parse_lines(&stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 2], "{stdout}");
+    for line in &lines {
+        let last = &line["validations"].as_array().unwrap().last().unwrap()["G"];
+        assert_eq!(last, &serde_json::json!([1, 3]), "{line}");
     }
 }

@@ -1,14 +1,17 @@
 //! Real multi-process runs over libfabric: `ftofi` launches one process per rank on this
 //! machine (provider `tcp;ofi_rxm` on loopback unless a test names another), and the
-//! fault tests kill one of them with `SIGKILL`. Every survivor prints one JSON line; the
-//! launcher checks that only the chosen rank died, and the tests check the lines as
-//! `ft_jobs::conformance` says (the scenarios every backend runs).
+//! fault tests kill one of them, or a "node" of four, with `SIGKILL`. Every survivor
+//! prints one JSON line; the launcher checks that exactly the listed ranks died, and
+//! the tests check the lines as `ft_jobs::conformance` says (the scenarios every
+//! backend runs). Bad input (`conformance::BAD_INPUTS`) must end a job within
+//! seconds, with one clear message and a non-zero status.
 //!
 //! The runs are serialized: ranks oversubscribe the cores already, and a second job
 //! beside them could starve a heartbeat long enough for a false suspicion.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use ft_jobs::conformance::{self, Scenario};
 use ft_jobs::report;
@@ -83,6 +86,21 @@ fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
 }
 
 #[test]
+fn validate_global_after_a_node_is_killed() {
+    check(TCP, &conformance::VALIDATE_AFTER_A_NODE_IS_KILLED);
+}
+
+#[test]
+fn validate_global_when_a_node_dies_in_the_call() {
+    check(TCP, &conformance::VALIDATE_WHEN_A_NODE_DIES_IN_THE_CALL);
+}
+
+#[test]
+fn broadcast_serves_every_survivor_when_a_node_dies_on_activation() {
+    check(TCP, &conformance::BROADCAST_WHEN_A_NODE_DIES_ON_ACTIVATION);
+}
+
+#[test]
 fn latency_job_reports_its_ratios() {
     check(TCP, &conformance::LATENCY_SMOKE);
 }
@@ -92,6 +110,7 @@ fn the_sockets_provider_survives_kills_too() {
     check(SOCKETS, &conformance::VALIDATE_AFTER_A_KILL);
     check(SOCKETS, &conformance::VALIDATE_THREADED_AFTER_A_KILL);
     check(SOCKETS, &conformance::BROADCAST_REPAIR);
+    check(SOCKETS, &conformance::VALIDATE_AFTER_A_NODE_IS_KILLED);
 }
 
 #[test]
@@ -146,23 +165,117 @@ fn ranks_started_by_another_launcher_meet_through_the_rendezvous() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no launcher set this process's rank"));
 }
 
-#[test]
-fn bad_launches_fail_with_a_message() {
+/// Runs `ftofi ARGS` from the workspace root; its output and how long it took.
+fn ftofi(args: &[&str]) -> (Output, Duration) {
+    let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_ftofi"))
-        .args(["-n", "3", "validate", "--kill", "7"])
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("starting ftofi");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("outside 0..3"));
+    (out, started.elapsed())
+}
 
-    let out = Command::new(env!("CARGO_BIN_EXE_ftofi"))
-        .args(["-n", "2", "--provider", "no-such-provider", "validate"])
-        .output()
-        .expect("starting ftofi");
-    assert!(!out.status.success());
+/// The job failed promptly with `message` said once (`conformance::refused`).
+fn refused(args: &[&str], (out, took): &(Output, Duration), message: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    conformance::refused(out.status.success(), &stderr, *took, message)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+#[test]
+fn bad_input_is_refused_before_any_rank_starts() {
+    for bad in conformance::BAD_INPUTS {
+        let n = bad.ranks.to_string();
+        let args: Vec<&str> = ["-n", &n]
+            .iter()
+            .copied()
+            .chain(bad.args.iter().copied())
+            .collect();
+        let run = ftofi(&args);
+        refused(&args, &run, bad.message);
+        assert_eq!(
+            run.0.status.code(),
+            Some(2),
+            "{args:?}: bad input exits with 2"
+        );
+    }
+    let args = ["-n", "0", "validate"];
+    refused(&args, &ftofi(&args), "-n must be at least 1");
+}
+
+#[test]
+fn every_rank_refuses_a_bad_plan_before_it_connects() {
+    // Under another launcher (no ftofi launcher to check first), each rank reads the
+    // plan itself and refuses it at once instead of waiting for the others.
+    let dir = std::env::temp_dir().join(format!("ftofi-bad-plan-{}", std::process::id()));
+    let started = Instant::now();
+    let ranks: Vec<_> = (0..3)
+        .map(|rank| {
+            Command::new(env!("CARGO_BIN_EXE_ftofi"))
+                .arg("--rendezvous")
+                .arg(&dir)
+                .args(["broadcast", "ft-jobs/testdata/duplicate-output.json"])
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+                .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "3")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting a rank")
+        })
+        .collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("waiting for a rank");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "rank {rank}: {stderr}");
+        assert!(
+            stderr.contains(&format!("ftofi: rank {rank}: "))
+                && stderr.contains("two outputs are named \"A\""),
+            "rank {rank}: {stderr}"
+        );
+    }
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no-such-provider"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        started.elapsed() < conformance::PROMPTLY,
+        "took {:?}",
+        started.elapsed()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rank_that_fails_ends_the_whole_job_at_once() {
+    // Rank 1 dies at the start, but the detector's timeout (3 s) outlasts every step's
+    // limit (1 s): the survivors fail. The launcher ends the job at the first failure
+    // and says how that rank ended, in words.
+    let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    let args = [
+        "-n",
+        "4",
+        "validate",
+        "--kill",
+        "1",
+        "--timeout-ms",
+        "3000",
+        "--limit-s",
+        "1",
+    ];
+    let run = ftofi(&args);
+    refused(&args, &run, "the other ranks were stopped");
+    let stderr = String::from_utf8_lossy(&run.0.stderr);
+    assert!(stderr.contains("exited with status 1"), "{stderr}");
+    assert!(stderr.contains("timed out"), "{stderr}");
+    assert_eq!(run.0.status.code(), Some(1));
+
+    // A provider that does not exist fails every rank alike: its error is said once.
+    let args = ["-n", "3", "--provider", "no-such-provider", "validate"];
+    let run = ftofi(&args);
+    let stderr = String::from_utf8_lossy(&run.0.stderr);
+    assert!(!run.0.status.success());
+    assert!(run.1 < conformance::PROMPTLY, "took {:?}", run.1);
+    let said = stderr
+        .lines()
+        .filter(|l| l.contains("no-such-provider"))
+        .count();
+    assert_eq!(said, 1, "{stderr}");
 }

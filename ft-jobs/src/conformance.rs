@@ -11,6 +11,7 @@
 //! survivor knows every death) is the killed set itself.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -285,12 +286,15 @@ pub const BROADCAST_WHEN_A_NODE_DIES_ON_ACTIVATION: Scenario = Scenario {
     check: |lines| {
         survivors_of(lines, 8, &NODE)?;
         served(lines)?;
-        let needs: usize = lines
-            .iter()
-            .map(|l| l["needs"].as_array().map_or(0, Vec::len))
-            .sum();
-        expect(needs == 5, || {
-            format!("{needs} needs, expected A, C at 1 and 3 and A, B at 2")
+        let received: Vec<&Value> = lines.iter().map(|l| &l["received"]).collect();
+        let expected = [
+            json!([]),
+            json!(["A", "C"]),
+            json!(["A", "B"]),
+            json!(["A", "C"]),
+        ];
+        expect(received == expected.iter().collect::<Vec<_>>(), || {
+            format!("ranks 0..3 received {received:?}, expected {expected:?}")
         })?;
         all_sets(lines, "G", &NODE)
     },
@@ -338,6 +342,143 @@ pub const LATENCY_SMOKE: Scenario = Scenario {
         Ok(())
     },
 };
+
+/// A command line a new user might try that cannot run: every backend must refuse it
+/// before any rank waits for another, print `message` once, exit non-zero, and end
+/// within a few seconds.
+#[derive(Clone, Copy, Debug)]
+pub struct BadInput {
+    /// Ranks to start.
+    pub ranks: u32,
+    /// The job's command line.
+    pub args: &'static [&'static str],
+    /// What the error must say.
+    pub message: &'static str,
+}
+
+/// A [`BadInput`], in one line of the table.
+const fn bad(ranks: u32, args: &'static [&'static str], message: &'static str) -> BadInput {
+    BadInput {
+        ranks,
+        args,
+        message,
+    }
+}
+
+/// The longest a refused or failing job may take: generous, since the point is that
+/// it ends (it used to wait for a step's 60 s limit, or forever under ULFM).
+pub const PROMPTLY: Duration = Duration::from_secs(20);
+
+/// Checks how a job that must fail ended: not successfully, within [`PROMPTLY`],
+/// saying `message` exactly once on its standard error, and no Rust `Debug` text of
+/// an exit status.
+pub fn refused(succeeded: bool, stderr: &str, took: Duration, message: &str) -> Result<(), String> {
+    expect(!succeeded, || format!("it succeeded:\n{stderr}"))?;
+    let said = stderr.matches(message).count();
+    expect(said == 1, || {
+        format!("it says {message:?} {said} times, not once:\n{stderr}")
+    })?;
+    expect(!stderr.contains("ExitStatus"), || {
+        format!("Debug text:\n{stderr}")
+    })?;
+    expect(took < PROMPTLY, || format!("it took {took:?}:\n{stderr}"))
+}
+
+/// The bad inputs both backends refuse the same way (paths are relative to the
+/// workspace root).
+pub const BAD_INPUTS: &[BadInput] = &[
+    bad(
+        4,
+        &["broadcast", "ft-jobs/testdata/duplicate-output.json"],
+        "invalid plan: two outputs are named \"A\"",
+    ),
+    bad(
+        4,
+        &["broadcast", "plans/mpi-8.json"],
+        "the plan is for 8 ranks, the job has 4",
+    ),
+    bad(
+        4,
+        &["broadcast", "plans/no-such-plan.json"],
+        "cannot read plans/no-such-plan.json",
+    ),
+    bad(
+        8,
+        &[
+            "broadcast",
+            "plans/mpi-8.json",
+            "--kill",
+            "0",
+            "--kill-on",
+            "activation",
+        ],
+        "the plan never activates rank 0",
+    ),
+    bad(
+        8,
+        &[
+            "broadcast",
+            "plans/mpi-8.json",
+            "--kill",
+            "3",
+            "--kill-on",
+            "validate",
+        ],
+        "--kill-on validate applies to the validate job",
+    ),
+    bad(
+        8,
+        &[
+            "broadcast",
+            "plans/mpi-8.json",
+            "--threaded",
+            "--kill",
+            "3",
+            "--kill-on",
+            "activation",
+        ],
+        "cannot be used with",
+    ),
+    bad(
+        4,
+        &["validate", "--kill", "2,2"],
+        "--kill names rank 2 twice",
+    ),
+    bad(
+        4,
+        &["validate", "--kill", "1,9"],
+        "--kill 9: the job's ranks are 0..4",
+    ),
+    bad(
+        4,
+        &["validate", "--kill-on", "validate"],
+        "the following required arguments were not provided",
+    ),
+    bad(
+        4,
+        &[
+            "validate",
+            "--kill",
+            "1",
+            "--kill-at-ms",
+            "5",
+            "--kill-on",
+            "validate",
+        ],
+        "cannot be used with",
+    ),
+    bad(
+        4,
+        &["validate", "--kill", "1", "--kill-on", "activation"],
+        "--kill-on activation needs a broadcast",
+    ),
+    bad(4, &["latency", "--reps", "0"], "0 is not in 1.."),
+    bad(
+        4,
+        &["latency", "--kill", "1"],
+        "the latency job runs failure-free",
+    ),
+];
 
 #[cfg(test)]
 mod tests {

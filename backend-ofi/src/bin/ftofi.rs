@@ -58,7 +58,7 @@ struct Cli {
     #[arg(long, env = "FTOFI_PROVIDER", default_value = backend_ofi::DEFAULT_PROVIDER)]
     provider: String,
     /// The longest the whole job may run (when `ftofi` launches it).
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     job_limit_s: u64,
     /// Be one rank of a job, meeting the others in this directory (fresh per job, on a
     /// file system every rank's host shares); the rank and size come from the
