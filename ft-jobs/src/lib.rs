@@ -102,11 +102,40 @@ pub struct JobArgs {
     /// The longest a rank waits for any one step.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub limit_s: u64,
+    /// Ranks per node: the detector finds a node's block of adjacent deaths in about one
+    /// timeout when its span covers the node. Default: the launcher's count of ranks on
+    /// this node (Open MPI's `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`,
+    /// Slurm's `SLURM_NTASKS_PER_NODE`), else the detector's default span.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ranks_per_node: Option<u32>,
 }
+
+/// Where launchers say how many ranks share this node, tried in this order.
+const LOCAL_SIZE_VARS: [&str; 3] = [
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "SLURM_NTASKS_PER_NODE",
+];
 
 impl JobArgs {
     fn limit(&self) -> StdDuration {
         StdDuration::from_secs(self.limit_s)
+    }
+
+    /// The detector span: `--ranks-per-node`, else the launcher's ranks on this node,
+    /// else [`ft_core::detector::DEFAULT_SPAN`]. (A Slurm count such as `4(x2)` is read
+    /// up to its first non-digit.)
+    pub fn span(&self) -> u32 {
+        let from_launcher = || {
+            LOCAL_SIZE_VARS.iter().find_map(|var| {
+                let value = std::env::var(var).ok()?;
+                let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse::<u32>().ok().filter(|&k| k > 0)
+            })
+        };
+        self.ranks_per_node
+            .or_else(from_launcher)
+            .unwrap_or(ft_core::detector::DEFAULT_SPAN)
     }
 
     /// Whether rank `me` is one of the ranks to kill.
@@ -345,7 +374,7 @@ pub fn drive<T: Transport>(transport: T, me: Rank, n: u32, args: &JobArgs) -> Ra
         timeout: Duration::from_millis(args.timeout_ms),
         // Heartbeats spread over the period.
         phase: Duration::from_nanos(period.as_nanos() * u64::from(me) / u64::from(n)),
-        span: ft_core::detector::DEFAULT_SPAN,
+        span: args.span(),
     };
     let origin = WallInstant::now();
     if args.kills(me) && args.kill_on.is_none() {
@@ -796,6 +825,13 @@ mod tests {
             8,
             "--kill 8: the job's ranks are 0..8",
         );
+    }
+
+    #[test]
+    fn the_detector_span_is_the_ranks_per_node() {
+        let job = checked("validate --ranks-per-node 16", 64).unwrap();
+        assert_eq!(job.args().span(), 16);
+        refused("validate --ranks-per-node 0", 64, "0 is not in 1..");
     }
 
     #[test]
