@@ -1054,8 +1054,9 @@ impl Protocol for Detector {
                 .filter(|&&(_, at)| at <= now)
                 .map(|&(rank, _)| rank)
                 .collect();
-            // Declaring them drops them from the set and re-arms the timer.
+            // Declaring them drops them from the set; re-arm for the rest either way.
             self.declare(&silent);
+            self.arm_long_timer();
         }
     }
 
