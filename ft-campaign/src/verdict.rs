@@ -131,7 +131,15 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
         JobKind::Validate => check_validate(&lines, &killed),
         JobKind::Broadcast(plan) => check_broadcast(plan, &lines, &killed),
     };
-    if let Err(verdict) = checked {
+    if let Err(mut verdict) = checked {
+        // A survivor missing is often the cause (it stopped, the others declared it).
+        if got != expected {
+            verdict.detail += &format!(
+                "; survivors {got:?}, expected {expected:?} ({}; {})",
+                outcome.status,
+                errors(&outcome.stderr)
+            );
+        }
         return verdict;
     }
     if got != expected {
