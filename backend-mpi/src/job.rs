@@ -51,11 +51,12 @@ impl JobTransport for MpiTransport {
             ("frames_sent", s.sent),
             ("frames_received", s.received),
             ("dropped_to_failed", s.dropped_to_failed),
+            ("lost_in_transfer", s.lost_in_transfer),
             ("failure_acks", s.failure_acks),
         ]
     }
     fn saw_failure(&self) -> bool {
         let s = self.stats();
-        s.failure_acks > 0 || s.dropped_to_failed > 0
+        s.failure_acks > 0 || s.dropped_to_failed > 0 || s.lost_in_transfer > 0
     }
 }

@@ -70,6 +70,8 @@ pub struct TransportStats {
     pub received: u64,
     /// Sends dropped because their peer died.
     pub dropped_to_failed: u64,
+    /// Matched frames lost because their sender died during the transfer.
+    pub lost_in_transfer: u64,
     /// Times process failures were acknowledged to re-enable any-source receives.
     pub failure_acks: u64,
 }
@@ -232,6 +234,13 @@ impl MpiTransport {
         };
         if len > capacity {
             return Ok(Some(Received::Oversized { from, len }));
+        }
+        if is_process_failure(code) {
+            // The sender died while its matched frame was in transfer (a large frame
+            // goes by rendezvous): the frame is lost, as if the sender had died before
+            // sending it; the detector and the protocols' repair take it from here.
+            self.stats.lost_in_transfer += 1;
+            return Ok(None);
         }
         check("MPI_Mrecv", code)?;
         self.stats.received += 1;
