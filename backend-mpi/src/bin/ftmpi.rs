@@ -132,6 +132,16 @@ fn main() -> ExitCode {
     let cli = match agree_on_input(&world, parsed, threading) {
         Ok(cli) => cli,
         Err(code) => {
+            // Every rank refused together; still, Finalize's fence can hang (it was seen
+            // once past 120 s under load): bound it as after a clean run.
+            exit_after(
+                FINALIZE_LIMIT,
+                if code == ExitCode::SUCCESS {
+                    0
+                } else {
+                    i32::from(BAD_INPUT)
+                },
+            );
             drop(universe);
             return code;
         }
@@ -166,11 +176,7 @@ fn main() -> ExitCode {
                 std::process::exit(0);
             }
             // A rank may have failed after this one stopped looking: bound the wait.
-            std::thread::spawn(|| {
-                std::thread::sleep(FINALIZE_LIMIT);
-                // SAFETY: _exit(2) ends the process at once; no memory is involved.
-                unsafe { libc::_exit(0) };
-            });
+            exit_after(FINALIZE_LIMIT, 0);
             drop(universe);
             ExitCode::SUCCESS
         }
@@ -183,6 +189,16 @@ fn main() -> ExitCode {
             std::process::exit(1);
         }
     }
+}
+
+/// Ends the process with `status` after `limit`, unless it ended first: bounds a wait
+/// in `MPI_Finalize`.
+fn exit_after(limit: StdDuration, status: i32) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        // SAFETY: _exit(2) ends the process at once; no memory is involved.
+        unsafe { libc::_exit(status) };
+    });
 }
 
 /// Every rank checks its command line (`parsed`, then [`Cli::check`]) before any
