@@ -609,6 +609,12 @@ impl Detector {
         self.config.timeout + self.config.period
     }
 
+    /// When a rank just asked for heartbeats (a re-target, a new long-watched rank) must
+    /// have answered: a round trip, `2 · timeout` from now.
+    fn round_trip_deadline(&self) -> Instant {
+        self.now + self.config.timeout.saturating_mul(2)
+    }
+
     /// Grace given to the window's probes: two delays (probe and answer) fit in it while
     /// delays stay below `timeout - period`, with a period to spare.
     fn window_grace(&self) -> Duration {
@@ -882,7 +888,7 @@ impl Detector {
         }
         // Members keep their deadlines; a new one is asked for heartbeats and gets a
         // round trip's grace.
-        let grace = self.now + self.config.timeout.saturating_mul(2);
+        let grace = self.round_trip_deadline();
         let old = core::mem::take(&mut self.long_watched);
         for rank in self.long_set() {
             match old.iter().find(|e| e.0 == rank) {
@@ -912,14 +918,14 @@ impl Detector {
             self.window = None;
             if w.nearest_reply == Some(back) {
                 // `p` answered its probe: it is alive, no window behind it is ours.
-                let grace = self.now + self.config.timeout.saturating_mul(2);
+                let grace = self.round_trip_deadline();
                 self.set_timer(Timer::Suspect, grace);
                 return;
             }
         }
         let run = back - 1;
         if self.span == 0 || run < self.span {
-            let grace = self.now + self.config.timeout.saturating_mul(2);
+            let grace = self.round_trip_deadline();
             self.set_timer(Timer::Suspect, grace);
             return;
         }
