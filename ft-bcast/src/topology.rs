@@ -281,7 +281,7 @@ mod tests {
         let edges = tree_edges(Topology::Chain, 2, &[1, 2, 3, 4, 5, 6], &failed);
         assert_eq!(edges, vec![(2, 1), (1, 4), (4, 6)]);
         let mut view = FailureView::new(8, 0);
-        view.report_failed(4).unwrap();
+        view.on_rank_failed(4).unwrap();
         let edges = tree_edges(Topology::Binomial, 0, &[1, 4, 6, 7], &view);
         assert_eq!(edges, vec![(0, 1), (0, 6), (6, 7)]);
     }

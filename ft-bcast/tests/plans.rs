@@ -199,7 +199,7 @@ fn failed_destinations_are_left_out_and_reported() {
 #[test]
 fn a_spec_from_a_failure_view_leaves_known_failures_out() {
     let mut view = ft_core::FailureView::new(6, 0);
-    view.report_failed(2).unwrap(); // pending: still treated as dead
+    view.on_rank_failed(2).unwrap(); // pending: still treated as dead
     let spec = PlanSpec::new(6, 0)
         .with_output(OutputSpec::new("A", 1, vec![1, 2, 3]))
         .with_failure_view(&view)

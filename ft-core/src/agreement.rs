@@ -43,7 +43,7 @@
 //!
 //! # Failures
 //!
-//! The failure detector reports deaths with [`Agreement::on_failure`]; a reported rank is
+//! The failure detector reports deaths with [`Agreement::on_rank_failed`]; a reported rank is
 //! dead here for good (its later frames are refused with
 //! [`FrameError::FromFailedRank`]).
 //!
@@ -134,7 +134,7 @@
 //!
 //! - `validate_global` at this rank: [`Agreement::start`]`(now, &view.known_failed())`
 //!   (refused with [`AgreementError::AlreadyRunning`] until the previous epoch decided);
-//! - every detector suspicion, during a validation or not: [`Agreement::on_failure`]
+//! - every detector suspicion, during a validation or not: [`Agreement::on_rank_failed`]
 //!   (final; it also makes the machine refuse that rank's frames);
 //! - every frame whose kind is in the `"agree"` family: [`Protocol::handle_message`];
 //! - on [`Event::Decided`]: `view.commit_global(&agreed)` (agreed sets only grow, so its
@@ -1090,7 +1090,7 @@ impl Instance {
 
 /// One rank's `validate_global` agreement machine for one communicator.
 ///
-/// Inputs: [`Agreement::start`] (the application), [`Agreement::on_failure`] (the
+/// Inputs: [`Agreement::start`] (the application), [`Agreement::on_rank_failed`] (the
 /// detector), [`Protocol::handle_message`] (peers). Outputs: [`Protocol::poll_transmit`]
 /// and [`Protocol::poll_event`]; drain both after every input.
 #[derive(Clone, Debug)]
@@ -1176,7 +1176,7 @@ impl Agreement {
     }
 
     /// The application's `validate_global` at this rank: starts the next epoch with
-    /// `contribution` (`L_i`; ranks reported through [`Agreement::on_failure`] are added).
+    /// `contribution` (`L_i`; ranks reported through [`Agreement::on_rank_failed`] are added).
     pub fn start(&mut self, now: Instant, contribution: &RankSet) -> Result<u32, AgreementError> {
         let _ = now;
         if self.excluded {
@@ -1220,7 +1220,7 @@ impl Agreement {
 
     /// The failure detector declared `rank` dead (final). Its frames are refused from now
     /// on, and the agreement routes around it.
-    pub fn on_failure(&mut self, now: Instant, rank: Rank) -> Result<(), AgreementError> {
+    pub fn on_rank_failed(&mut self, now: Instant, rank: Rank) -> Result<(), AgreementError> {
         let _ = now;
         if rank >= self.cfg.n || rank == self.cfg.me {
             return Err(AgreementError::BadRank(rank));

@@ -4,8 +4,8 @@
 //!
 //! The node decodes each frame header once, rejects frames from ranks it knows dead,
 //! and dispatches by [`FrameKind::family`]. Every death the detector reports goes to
-//! [`FailureView::report_failed`], where it waits until the application validates, and
-//! to [`Agreement::on_failure`], so a running agreement stops waiting for the dead.
+//! [`FailureView::on_rank_failed`], where it waits until the application validates, and
+//! to [`Agreement::on_rank_failed`], so a running agreement stops waiting for the dead.
 //! A decision of the agreement is committed with [`FailureView::commit_global`] in the
 //! same call that produced it.
 //!
@@ -78,7 +78,7 @@ pub enum NodeEvent {
     },
     /// The survivors agreed that this rank is dead (it was falsely suspected); the node
     /// stopped (fail-stop enforcement).
-    ExcludedSelf {
+    SelfExcluded {
         /// The validation epoch that excluded it.
         epoch: u32,
     },
@@ -229,12 +229,12 @@ impl Node {
             match event {
                 DetectorEvent::Suspected { rank } => {
                     // The detector never reports this rank or a rank out of range.
-                    let _ = self.view.report_failed(rank);
+                    let _ = self.view.on_rank_failed(rank);
                     self.tell_agreement(now, rank);
                     self.events.push_back(NodeEvent::Suspected { rank });
                 }
                 DetectorEvent::Learned { rank, hops } => {
-                    let _ = self.view.report_failed(rank);
+                    let _ = self.view.on_rank_failed(rank);
                     self.tell_agreement(now, rank);
                     self.events.push_back(NodeEvent::Learned { rank, hops });
                 }
@@ -256,7 +256,7 @@ impl Node {
             let mut agreement = Agreement::new(config);
             for rank in known_dead.iter() {
                 // Ranks from the detector: in range and never this rank.
-                let _ = agreement.on_failure(now, rank);
+                let _ = agreement.on_rank_failed(now, rank);
             }
             Box::new(agreement)
         })
@@ -265,7 +265,7 @@ impl Node {
     /// Passes a death to the agreement, if it exists (a later one learns it at creation).
     fn tell_agreement(&mut self, now: Instant, rank: Rank) {
         if let Some(agreement) = &mut self.agreement {
-            let _ = agreement.on_failure(now, rank);
+            let _ = agreement.on_rank_failed(now, rank);
         }
     }
 
@@ -283,7 +283,7 @@ impl Node {
                 }
                 agreement::Event::SelfExcluded { epoch, .. } => {
                     self.stopped = true;
-                    self.events.push_back(NodeEvent::ExcludedSelf { epoch });
+                    self.events.push_back(NodeEvent::SelfExcluded { epoch });
                 }
             }
         }
@@ -489,11 +489,11 @@ mod tests {
             .collect();
         // Rank 4 died; only ranks 0 and 5 know it so far (say, from their detectors).
         for r in [0, 5] {
-            nodes[r].view_mut().report_failed(4).unwrap();
-            nodes[r].agreement_mut(now).on_failure(now, 4).unwrap();
+            nodes[r].view_mut().on_rank_failed(4).unwrap();
+            nodes[r].agreement_mut(now).on_rank_failed(now, 4).unwrap();
         }
         for r in [1, 2, 3] {
-            nodes[r].agreement_mut(now).on_failure(now, 4).unwrap();
+            nodes[r].agreement_mut(now).on_rank_failed(now, 4).unwrap();
         }
         for r in [0, 1, 2, 3, 5] {
             assert_eq!(nodes[r].validate_global(now), Ok(1));

@@ -150,7 +150,7 @@ impl FailureView {
 
     /// Records detector news: `rank` failed. It stays pending (invisible to queries) until
     /// the next validation. Returns whether the news was new.
-    pub fn report_failed(&mut self, rank: Rank) -> Result<bool, ViewError> {
+    pub fn on_rank_failed(&mut self, rank: Rank) -> Result<bool, ViewError> {
         self.check_rank(rank)?;
         if rank == self.me {
             return Err(ViewError::SelfReported);
@@ -391,8 +391,8 @@ mod tests {
     #[test]
     fn news_is_invisible_until_validated() {
         let mut v = FailureView::new(8, 0);
-        assert_eq!(v.report_failed(3), Ok(true));
-        assert_eq!(v.report_failed(3), Ok(false));
+        assert_eq!(v.on_rank_failed(3), Ok(true));
+        assert_eq!(v.on_rank_failed(3), Ok(false));
         assert_eq!(v.num_state(Scope::Local, StateMask::FAILED), 0);
         assert_eq!(v.validate_local(), Counts { failed: 1, new: 1 });
         assert_eq!(v.validate_local(), Counts { failed: 1, new: 0 });
@@ -405,19 +405,19 @@ mod tests {
     fn bad_calls_are_typed_errors() {
         let mut v = FailureView::new(4, 1);
         assert_eq!(
-            v.report_failed(4),
+            v.on_rank_failed(4),
             Err(ViewError::RankOutOfRange { rank: 4, n: 4 })
         );
-        assert_eq!(v.report_failed(1), Err(ViewError::SelfReported));
+        assert_eq!(v.on_rank_failed(1), Err(ViewError::SelfReported));
         assert_eq!(v.recognize(2), Err(ViewError::NotFailed(2)));
     }
 
     #[test]
     fn new_old_null_and_generations_follow_validations() {
         let mut v = FailureView::new(8, 0);
-        v.report_failed(2).unwrap();
+        v.on_rank_failed(2).unwrap();
         v.validate_local(); // local epoch 1: 2 is NEW
-        v.report_failed(5).unwrap();
+        v.on_rank_failed(5).unwrap();
         v.validate_local(); // local epoch 2: 5 is NEW, 2 is OLD
         let mut out = [info(0, RankState::Ok, 0); 2];
         assert_eq!(
@@ -453,8 +453,8 @@ mod tests {
     #[test]
     fn too_small_buffer_names_the_size_and_is_untouched() {
         let mut v = FailureView::new(8, 0);
-        v.report_failed(1).unwrap();
-        v.report_failed(2).unwrap();
+        v.on_rank_failed(1).unwrap();
+        v.on_rank_failed(2).unwrap();
         v.validate_local();
         let sentinel = info(7, RankState::Null, 99);
         let mut out = [sentinel; 1];
@@ -468,7 +468,7 @@ mod tests {
     #[test]
     fn ranks_left_out_of_the_agreement_stay_pending() {
         let mut v = FailureView::new(8, 0);
-        v.report_failed(3).unwrap();
+        v.on_rank_failed(3).unwrap();
         v.validate_local();
         v.commit_global(&RankSet::new(8));
         assert!(!v.is_locally_failed(3));

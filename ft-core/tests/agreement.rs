@@ -323,8 +323,8 @@ impl Sim {
                 self.informed[t].insert(dead);
                 self.notify_times[t].push((self.now, dead));
                 self.nodes[t]
-                    .on_failure(Instant::from_nanos(self.now), dead)
-                    .unwrap_or_else(|e| self.fail(format!("on_failure: {e}")));
+                    .on_rank_failed(Instant::from_nanos(self.now), dead)
+                    .unwrap_or_else(|e| self.fail(format!("on_rank_failed: {e}")));
                 self.pump(to);
             }
             Action::Deliver { from, to, bytes } => {
@@ -802,7 +802,7 @@ fn frames_of_other_epochs_are_refused_or_buffered() {
         Err(FrameError::StaleEpoch { current: 0, got: 0 })
     );
     // A dead sender's frames are dropped.
-    b.on_failure(Instant::ZERO, 1).unwrap();
+    b.on_rank_failed(Instant::ZERO, 1).unwrap();
     assert_eq!(
         b.handle_message(Instant::ZERO, 1, &frame),
         Err(FrameError::FromFailedRank(1))

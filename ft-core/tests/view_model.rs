@@ -80,7 +80,7 @@ impl Model {
         }
     }
 
-    fn report_failed(&mut self, rank: Rank) -> Result<bool, ViewError> {
+    fn on_rank_failed(&mut self, rank: Rank) -> Result<bool, ViewError> {
         if rank >= self.n {
             return Err(ViewError::RankOutOfRange { rank, n: self.n });
         }
@@ -348,7 +348,7 @@ proptest! {
         for op in &ops {
             match op {
                 Op::Report(rank) => {
-                    prop_assert_eq!(view.report_failed(*rank), model.report_failed(*rank));
+                    prop_assert_eq!(view.on_rank_failed(*rank), model.on_rank_failed(*rank));
                 }
                 Op::ValidateLocal => {
                     prop_assert_eq!(view.validate_local(), model.validate_local());
@@ -373,7 +373,7 @@ proptest! {
 #[test]
 fn a_rank_dropped_by_the_agreement_keeps_its_recognition() {
     let mut view = FailureView::new(8, 0);
-    view.report_failed(3).unwrap();
+    view.on_rank_failed(3).unwrap();
     view.validate_local(); // local epoch 1
     view.recognize(3).unwrap();
     view.commit_global(&RankSet::new(8)); // local epoch 2: 3 dropped from L_i

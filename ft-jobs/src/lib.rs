@@ -487,7 +487,7 @@ fn stopped(event: &StackEvent) -> Option<String> {
         StackEvent::Node(NodeEvent::DeclaredDeadSelf { by }) => {
             Some(format!("declared dead by rank {by} and stopped"))
         }
-        StackEvent::Node(NodeEvent::ExcludedSelf { epoch }) => {
+        StackEvent::Node(NodeEvent::SelfExcluded { epoch }) => {
             Some(format!("excluded by global validation {epoch} and stopped"))
         }
         _ => None,

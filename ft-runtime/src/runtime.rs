@@ -371,7 +371,7 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
                 StackEvent::Node(NodeEvent::DeclaredDeadSelf { by }) => {
                     return format!("declared dead by rank {by} (fail-stop)");
                 }
-                StackEvent::Node(NodeEvent::ExcludedSelf { epoch }) => {
+                StackEvent::Node(NodeEvent::SelfExcluded { epoch }) => {
                     return format!("excluded by global validation {epoch} (fail-stop)");
                 }
                 StackEvent::Node(_) => view_changed = true,

@@ -101,7 +101,7 @@ fuzz_target!(|input: Input| {
                 let _ = machine.start(now, &set_of(n, contribution));
             }
             Op::Failure { rank } => {
-                let _ = machine.on_failure(now, u32::from(rank) % n);
+                let _ = machine.on_rank_failed(now, u32::from(rank) % n);
             }
         }
         while let Some(tx) = machine.poll_transmit(now, &mut buf) {

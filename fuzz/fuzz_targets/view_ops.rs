@@ -137,7 +137,7 @@ fuzz_target!(|input: Input| {
         match op {
             Op::Report(r) => {
                 let r = rank(*r);
-                let got = view.report_failed(r);
+                let got = view.on_rank_failed(r);
                 let want = if r >= n {
                     Err(ViewError::RankOutOfRange { rank: r, n })
                 } else if r == me {
