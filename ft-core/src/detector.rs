@@ -24,9 +24,11 @@
 //!   at `n / 2`; 64 by default, the ranks per node when known), and watches the ranks
 //!   whose long observer it is: those not in `K_i` whose rank plus `span` falls in
 //!   `(pred(i), i]` (one rank, `i - span`, while nobody near is dead; at most `span`).
-//!   A long-watched rank is declared after `timeout + period` of silence: a period
-//!   later than the ring would, so a lone death, which its ring observer finds, is
-//!   declared once (the notice reaches the long observer in `⌈log2 span⌉` hops).
+//!   Long-edge heartbeats leave every other period (half the traffic of a second
+//!   ring), and a long-watched rank is declared after `timeout + 2 · period` of
+//!   silence: one period for the sparser beat, and one more than the ring would wait,
+//!   so a lone death, which its ring observer finds, is declared once (the notice
+//!   reaches the long observer in `⌈log2 span⌉` hops).
 //!   Distances count every rank, dead or not, so a death moves no other rank's long
 //!   edge: only ranks that join a watcher's set (its `pred` moved back past a dead run)
 //!   get an `Observe` and a fresh grace, and the ranks just before a dead run stay
@@ -95,12 +97,12 @@
 //!
 //! Let `k` adjacent ranks `[a, a + k)` die (the last at `t`), with `d` the largest delay.
 //! - *`k ≤ span`.* Each dead `x` has a live long observer: the first rank not known dead
-//!   at `x + span` or beyond lies past the block. It heard `x`'s last heartbeat by
-//!   `t + d` and declares `x` by `t + d + timeout + period`; the last rank of the block
-//!   is also found by its ring observer by `t + d + timeout`. Propagation and one repair
-//!   hop add `⌈log2 n⌉ + 1` delays: every survivor knows the block within
-//!   `timeout + period + (⌈log2 n⌉ + 2) · d`, inside the target
-//!   `2 · timeout + period + (⌈log2 n⌉ + 4) · d`. Declarations of a block run
+//!   at `x + span` or beyond lies past the block. It heard `x`'s last long heartbeat by
+//!   `t + d` and declares `x` by `t + d + timeout + 2 · period`; the last rank of the
+//!   block is also found by its ring observer by `t + d + timeout`. Propagation and one
+//!   repair hop add `⌈log2 n⌉ + 1` delays: every survivor knows the block within
+//!   `timeout + 2 · period + (⌈log2 n⌉ + 2) · d`, inside the target
+//!   `2 · timeout + period + (⌈log2 n⌉ + 4) · d` whenever `period ≤ timeout`. Declarations of a block run
 //!   concurrently: about `k` declarations of `2n` frames each, the same total as one at
 //!   a time.
 //! - *`k > span`.* The first round declares the top `span` ranks as above. The survivor
@@ -120,14 +122,16 @@
 //! timeouts after its last death. (In 10^4 random schedules of the simulator's tests,
 //! every run of adjacent deaths whose watchers lived met its bound.)
 //!
-//! Steady state is unchanged in order: two heartbeats per rank per period (ring and
-//! long observer; more only while an `Observe` from a rank whose `K` differs is
-//! pending, at most two more).
+//! Steady state is unchanged in order: one and a half heartbeats per rank per period
+//! (ring observer every period, long observer every other; more only while an
+//! `Observe` from a rank whose `K` differs is pending, at most two more).
 //!
 //! *Accuracy.* Heartbeats leave every `period` and a pair's frames arrive in order, so an
 //! observer hears from a live predecessor at least every `period + (d_max - d_min)`; with
-//! every delay below `timeout - period` that is under `timeout` (and under the long
-//! edge's `timeout + period`). After a re-target, or when a rank joins a long-watched
+//! every delay below `timeout - period` that is under `timeout`. Long-edge beats leave
+//! every `2 · period`, so the long observer hears at least every `2 · period +
+//! (d_max - d_min)`, under the long edge's `timeout + 2 · period` with a period to
+//! spare. After a re-target, or when a rank joins a long-watched
 //! set, the `Observe` and the first heartbeat take two delays, under the `2 · timeout`
 //! given. A probe and its answer take two delays too, under `2 · (timeout - period)`,
 //! less than the window's `2 · timeout - period`; only probed ranks nearer than the
@@ -235,7 +239,7 @@ const TIMERS: usize = 3;
 enum Watch {
     /// "I watch you as my ring predecessor": heartbeats every period.
     Ring = 0,
-    /// "I watch you as my `span`-th predecessor": heartbeats every period.
+    /// "I watch you as my `span`-th predecessor": heartbeats every other period.
     Long = 1,
     /// "Are you alive?": one heartbeat back, no subscription.
     Probe = 2,
@@ -341,6 +345,8 @@ pub struct Detector {
     extra_long_observer: Option<Rank>,
     /// Predecessors probed past a long run of known-dead ranks, while unresolved.
     window: Option<Window>,
+    /// Heartbeat ticks so far; long-edge heartbeats leave on the even ones.
+    beats: u64,
     timers: [Instant; TIMERS],
     now: Instant,
     stopped: bool,
@@ -387,6 +393,7 @@ impl Detector {
             long_observer: None,
             extra_long_observer: None,
             window: None,
+            beats: 0,
             timers: [Instant::MAX; TIMERS],
             now,
             stopped: false,
@@ -602,11 +609,12 @@ impl Detector {
         }
     }
 
-    /// Silence after which the long-edge predecessor is declared: a period more than the
-    /// ring's, so that for a lone death the ring observer's notice (`⌈log2 span⌉` hops
-    /// away) usually arrives first and the death is declared once.
+    /// Silence after which a long-watched rank is declared: two periods more than the
+    /// ring's. One covers the long edge's beat, every other period; the other lets the
+    /// ring observer's notice of a lone death (`⌈log2 span⌉` hops away) usually arrive
+    /// first, so that the death is declared once.
     fn long_timeout(&self) -> Duration {
-        self.config.timeout + self.config.period
+        self.config.timeout + self.config.period.saturating_mul(2)
     }
 
     /// When a rank just asked for heartbeats (a re-target, a new long-watched rank) must
@@ -1029,11 +1037,16 @@ impl Protocol for Detector {
         let beat = self.timers[Timer::Heartbeat as usize];
         if beat <= now {
             let mut sent: [Option<Rank>; 4] = [None; 4];
+            // Long edges beat every other period: their silence is judged over
+            // `long_timeout`, which leaves room for the longer gap.
+            let long_beat = self.beats % 2 == 0;
+            self.beats += 1;
+            let long = |to: Option<Rank>| to.filter(|_| long_beat);
             let targets = [
                 self.observer(),
-                self.long_observer,
+                long(self.long_observer),
                 self.extra_observer,
-                self.extra_long_observer,
+                long(self.extra_long_observer),
             ];
             for (i, to) in targets.into_iter().enumerate() {
                 if let Some(to) = to.filter(|to| !sent[..i].contains(&Some(*to))) {
@@ -1167,7 +1180,7 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_long_predecessor_is_declared_a_period_after_the_ring_timeout() {
+    fn a_silent_long_predecessor_is_declared_two_periods_after_the_ring_timeout() {
         let mut d = Detector::new(spanned(16, 8, 4), Instant::ZERO);
         // 7 keeps beating; 4 is silent from the start.
         for t in (0..=50).step_by(10) {
@@ -1176,12 +1189,18 @@ mod tests {
             d.handle_timeout(now);
             drain(&mut d);
         }
+        // timeout 40 + one period: the ring would have declared by now, not the long edge.
+        assert_eq!(d.poll_event(), None);
+        let now = Instant::from_nanos(60 * MS);
+        d.handle_message(now, 7, &heartbeat(7)).unwrap();
+        d.handle_timeout(now);
+        drain(&mut d);
         assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 4 }));
         // 4's death moves no edge: 3 is long-watched by 7, the first rank not known
         // dead at 4 or more ahead of it.
         assert_eq!(d.long_watched().count(), 0);
         assert_eq!(d.watched(), Some(7));
-        assert_eq!(d.poll_timeout(), Some(Instant::from_nanos(60 * MS)));
+        assert_eq!(d.poll_timeout(), Some(Instant::from_nanos(70 * MS)));
     }
 
     #[test]
@@ -1195,12 +1214,15 @@ mod tests {
             sent_to(&drain(&mut d), FrameKind::Heartbeat),
             [(9, 0), (12, 0)]
         );
-        // A long-edge observe from a rank that is not our long observer subscribes it.
+        // A long-edge observe from a rank that is not our long observer subscribes it;
+        // long edges beat every other period.
         let long = frame(FrameKind::Observe, 13).start().put_u8(1).finish();
         d.handle_message(Instant::from_nanos(10 * MS), 13, &long)
             .unwrap();
         drain(&mut d);
         d.handle_timeout(Instant::from_nanos(20 * MS));
+        assert_eq!(sent_to(&drain(&mut d), FrameKind::Heartbeat), [(9, 0)]);
+        d.handle_timeout(Instant::from_nanos(30 * MS));
         assert_eq!(
             sent_to(&drain(&mut d), FrameKind::Heartbeat),
             [(9, 0), (12, 0), (13, 0)]
