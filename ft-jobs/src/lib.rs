@@ -33,6 +33,7 @@
 
 pub mod conformance;
 pub mod latency;
+pub mod mpiexec;
 pub mod report;
 
 use std::path::PathBuf;
