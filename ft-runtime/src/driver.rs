@@ -91,6 +91,9 @@ pub struct Driver<P: Protocol, T: Transport> {
     idle_spin: StdDuration,
     /// The last frame received or command run.
     last_activity: WallInstant,
+    /// The wall clock at the last read ([`Driver::tick`]): one read serves a whole
+    /// loop round (the pump, the caller's limit, the idle decision).
+    last_tick: WallInstant,
 }
 
 impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
@@ -119,7 +122,8 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             stats: DriverStats::default(),
             idle_sleep: IDLE_SLEEP,
             idle_spin: IDLE_SPIN,
-            last_activity: WallInstant::now(),
+            last_activity: origin,
+            last_tick: origin,
         }
     }
 
@@ -134,8 +138,20 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
 
     /// The machine's clock now.
     pub fn now(&self) -> Instant {
-        let nanos = self.origin.elapsed().as_nanos();
+        self.machine_time(WallInstant::now())
+    }
+
+    /// `wall` on the machine's clock.
+    fn machine_time(&self, wall: WallInstant) -> Instant {
+        let nanos = wall.saturating_duration_since(self.origin).as_nanos();
         Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// Reads the wall clock (the one read of a loop round) and returns it on the
+    /// machine's clock.
+    fn tick(&mut self) -> Instant {
+        self.last_tick = WallInstant::now();
+        self.machine_time(self.last_tick)
     }
 
     /// The machine.
@@ -156,9 +172,9 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// Runs an application command (`validate_global`, `start_broadcast`, ...) on the
     /// machine at the current time, then sends what it produced.
     pub fn command<R>(&mut self, f: impl FnOnce(&mut P, Instant) -> R) -> Result<R, T::Error> {
-        let now = self.now();
+        let now = self.tick();
         let result = f(&mut self.machine, now);
-        self.last_activity = WallInstant::now();
+        self.last_activity = self.last_tick;
         self.flush(now)?;
         Ok(result)
     }
@@ -167,9 +183,9 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// transport (a backend's own start-up traffic may overlap the first frames of
     /// faster peers); a frame the machine rejects is counted, as in [`Driver::pump`].
     pub fn deliver(&mut self, from: Rank, bytes: &[u8]) -> Result<(), T::Error> {
-        let now = self.now();
+        let now = self.tick();
         hand_over(&mut self.machine, &mut self.stats, now, from, bytes);
-        self.last_activity = WallInstant::now();
+        self.last_activity = self.last_tick;
         self.flush(now)
     }
 
@@ -179,10 +195,11 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     }
 
     /// One round of the backend loop; returns whether it received a frame (if not, the
-    /// caller may wait: [`Driver::wait_idle`]). A due timer fires too.
+    /// caller may wait: [`Driver::wait_idle`]). A due timer fires too. It reads the
+    /// clock once, and the round's other time checks reuse that read.
     pub fn pump(&mut self) -> Result<bool, T::Error> {
         let mut busy = false;
-        let now = self.now();
+        let now = self.tick();
         loop {
             match self.transport.try_recv()? {
                 None => break,
@@ -205,7 +222,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         self.flush(now)?;
         self.transport.progress()?;
         if busy {
-            self.last_activity = WallInstant::now();
+            self.last_activity = self.last_tick;
         }
         Ok(busy)
     }
@@ -224,7 +241,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             if let Some(value) = done(&self.machine, &mut self.events) {
                 return Ok(value);
             }
-            let waited = start.elapsed();
+            let waited = self.last_tick.saturating_duration_since(start);
             if waited >= limit {
                 return Err(DriverError::TimedOut {
                     what: what.to_string(),
@@ -241,13 +258,21 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// requests), then waits up to `span` more for its own sends to complete.
     pub fn run_for(&mut self, span: StdDuration) -> Result<(), T::Error> {
         let end = WallInstant::now() + span;
-        while WallInstant::now() < end {
-            if !self.pump()? {
+        loop {
+            let busy = self.pump()?;
+            if self.last_tick >= end {
+                break;
+            }
+            if !busy {
                 self.wait_idle()?;
             }
         }
-        let end = WallInstant::now() + span;
-        while self.transport.pending_sends() > 0 && WallInstant::now() < end {
+        let end = self.last_tick + span;
+        while self.transport.pending_sends() > 0 {
+            self.tick();
+            if self.last_tick >= end {
+                break;
+            }
             self.transport.progress()?;
             // Send completions need not wake a waiting transport: nap.
             let nap = self.idle_sleep;
@@ -256,8 +281,8 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         Ok(())
     }
 
-    /// Waits, a pump having found nothing to do: yields the CPU within the spin window
-    /// after the last activity; past it, waits in the transport until the machine's
+    /// Waits, a pump having found nothing to do (the wait reckons from that pump's
+    /// clock read): yields the CPU within the spin window after the last activity; past it, waits in the transport until the machine's
     /// next deadline if the transport wakes when a frame arrives, else naps at most the
     /// idle sleep ([`Driver::set_idle`]).
     pub fn wait_idle(&mut self) -> Result<(), T::Error> {
@@ -265,12 +290,15 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     }
 
     /// [`Driver::wait_idle`], never longer than `cap`.
+    ///
+    /// Time is the last pump's clock read: the caller has just pumped.
     fn idle_wait(&mut self, cap: Option<StdDuration>) -> Result<(), T::Error> {
-        if self.idle_sleep.is_zero() || self.last_activity.elapsed() < self.idle_spin {
+        let since_activity = self.last_tick.saturating_duration_since(self.last_activity);
+        if self.idle_sleep.is_zero() || since_activity < self.idle_spin {
             std::thread::yield_now();
             return Ok(());
         }
-        let now = self.now();
+        let now = self.machine_time(self.last_tick);
         let until_timer = self.machine.poll_timeout().map_or(MAX_BLOCK, |t| {
             StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos()))
         });
