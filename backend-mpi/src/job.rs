@@ -53,6 +53,7 @@ impl JobTransport for MpiTransport {
             ("dropped_to_failed", s.dropped_to_failed),
             ("lost_in_transfer", s.lost_in_transfer),
             ("failure_acks", s.failure_acks),
+            ("send_buffers", s.send_buffers),
         ]
     }
     fn saw_failure(&self) -> bool {

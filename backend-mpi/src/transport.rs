@@ -5,8 +5,10 @@
 //! `MPI_ERRORS_RETURN`, so a dead peer is a return code, never an abort. Frames travel
 //! as `MPI_UINT8_T` messages with one tag:
 //!
-//! - **send** copies the frame into a heap buffer owned by a pending `MPI_Isend`; the
-//!   buffer is freed when the request completes (checked by [`MpiTransport::progress`]).
+//! - **send** copies the frame into a buffer owned by a pending `MPI_Isend`, taken
+//!   from a pool of spare buffers; when the request completes (one `MPI_Testsome` over
+//!   every pending send in [`MpiTransport::progress`]) the buffer goes back to the pool
+//!   (at most [`SPARE_BUFFERS`] are kept), so steady traffic allocates nothing;
 //!   A send that fails because its peer died is dropped and counted: the protocol
 //!   learns of deaths from its own detector, and every frame it sends to a rank it will
 //!   find dead is one it no longer needs delivered;
@@ -34,6 +36,9 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// The tag of every frame.
 const FRAME_TAG: c_int = 0x6674;
+
+/// The most send buffers kept for reuse once their sends completed.
+pub const SPARE_BUFFERS: usize = 64;
 
 /// An MPI call failed for a reason other than a dead peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,12 +79,8 @@ pub struct TransportStats {
     pub lost_in_transfer: u64,
     /// Times process failures were acknowledged to re-enable any-source receives.
     pub failure_acks: u64,
-}
-
-struct PendingSend {
-    request: ffi::MPI_Request,
-    /// The frame MPI reads from: boxed, so its address never changes.
-    _bytes: Box<[u8]>,
+    /// Send buffers allocated (the rest of the sends reused a spare one).
+    pub send_buffers: u64,
 }
 
 /// Frames between the ranks of one communicator: see the [module docs](self).
@@ -87,7 +88,15 @@ pub struct MpiTransport {
     comm: SimpleCommunicator,
     me: Rank,
     n: u32,
-    pending: Vec<PendingSend>,
+    /// Pending `MPI_Isend` requests, in step with `sending`: `sending[i]` is the frame
+    /// `requests[i]` reads (a `Vec`'s heap buffer, which stays put while it is moved).
+    requests: Vec<ffi::MPI_Request>,
+    sending: Vec<Vec<u8>>,
+    /// Buffers of completed sends, for the next ones.
+    spare: Vec<Vec<u8>>,
+    /// Scratch for `MPI_Testsome`.
+    completed: Vec<c_int>,
+    statuses: Vec<ffi::MPI_Status>,
     recv_buf: Vec<u8>,
     stats: TransportStats,
 }
@@ -97,7 +106,7 @@ impl fmt::Debug for MpiTransport {
         f.debug_struct("MpiTransport")
             .field("me", &self.me)
             .field("n", &self.n)
-            .field("pending", &self.pending.len())
+            .field("pending", &self.requests.len())
             .field("stats", &self.stats)
             .finish()
     }
@@ -115,7 +124,11 @@ impl MpiTransport {
             comm,
             me,
             n,
-            pending: Vec::new(),
+            requests: Vec::new(),
+            sending: Vec::new(),
+            spare: Vec::new(),
+            completed: Vec::new(),
+            statuses: Vec::new(),
             recv_buf: vec![0; wire::frame_capacity(n)],
             stats: TransportStats::default(),
         })
@@ -139,10 +152,15 @@ impl MpiTransport {
             self.n
         );
         let len = c_int::try_from(frame.len()).expect("frame longer than i32::MAX bytes");
-        let bytes: Box<[u8]> = frame.into();
+        let mut bytes = self.spare.pop().unwrap_or_else(|| {
+            self.stats.send_buffers += 1;
+            Vec::new()
+        });
+        bytes.clear();
+        bytes.extend_from_slice(frame);
         let mut request = null_request();
-        // SAFETY: the buffer is `len` valid bytes and lives in `pending` (boxed, so it
-        // does not move) until MPI completes or frees the request.
+        // SAFETY: the buffer is `len` valid bytes and lives in `sending` (its heap
+        // buffer does not move) until MPI completes or frees the request.
         let code = unsafe {
             ffi::MPI_Isend(
                 bytes.as_ptr().cast::<c_void>(),
@@ -156,41 +174,77 @@ impl MpiTransport {
         };
         if is_process_failure(code) {
             self.stats.dropped_to_failed += 1;
+            self.recycle(bytes);
             return Ok(());
         }
         check("MPI_Isend", code)?;
         self.stats.sent += 1;
-        self.pending.push(PendingSend {
-            request,
-            _bytes: bytes,
-        });
+        self.requests.push(request);
+        self.sending.push(bytes);
         Ok(())
     }
 
-    /// Completes the sends MPI has finished (freeing their buffers); sends whose peer
-    /// died are dropped and counted.
+    /// Completes the sends MPI has finished (their buffers go back to the pool), in one
+    /// `MPI_Testsome`; sends whose peer died are dropped and counted.
     pub fn progress(&mut self) -> Result<(), MpiError> {
+        if self.requests.is_empty() {
+            return Ok(());
+        }
+        let count = self.requests.len();
+        self.completed.resize(count, 0);
+        self.statuses.resize_with(count, empty_status);
+        let mut done: c_int = 0;
+        // SAFETY: `requests` holds `count` live requests of ours; MPI writes at most
+        // `count` indices and statuses, and sets completed requests to null.
+        let code = unsafe {
+            ffi::MPI_Testsome(
+                count as c_int,
+                self.requests.as_mut_ptr(),
+                &mut done,
+                self.completed.as_mut_ptr(),
+                self.statuses.as_mut_ptr(),
+            )
+        };
+        let in_status = code == ffi::MPI_ERR_IN_STATUS as c_int;
+        if code != ffi::MPI_SUCCESS as c_int && !in_status {
+            return check("MPI_Testsome", code);
+        }
+        let done = usize::try_from(done).unwrap_or(0).min(count);
         let mut first_error = None;
-        let stats = &mut self.stats;
-        self.pending.retain_mut(|send| {
-            let mut done: c_int = 0;
-            let mut status = empty_status();
-            // SAFETY: `request` is a live request of ours; MPI writes the flag and status.
-            let code = unsafe { ffi::MPI_Test(&mut send.request, &mut done, &mut status) };
-            if code == ffi::MPI_SUCCESS as c_int {
-                return done == 0;
+        for k in 0..done {
+            let error = if in_status {
+                self.statuses[k].MPI_ERROR
+            } else {
+                0
+            };
+            if is_process_failure(error) {
+                self.stats.dropped_to_failed += 1;
+            } else if error != ffi::MPI_SUCCESS as c_int && first_error.is_none() {
+                first_error = Some(error);
             }
-            if is_process_failure(code) {
-                stats.dropped_to_failed += 1;
-            } else if first_error.is_none() {
-                first_error = Some(code);
+        }
+        // A completed request, failed or not, no longer reads its buffer. Remove from
+        // the back so that the indices still to remove stay valid.
+        let finished = &mut self.completed[..done];
+        finished.sort_unstable_by(|a, b| b.cmp(a));
+        for k in 0..done {
+            let index = usize::try_from(self.completed[k]).unwrap_or(usize::MAX);
+            if index < self.requests.len() {
+                self.requests.swap_remove(index);
+                let bytes = self.sending.swap_remove(index);
+                self.recycle(bytes);
             }
-            // A failed request is complete: MPI no longer reads its buffer.
-            false
-        });
+        }
         match first_error {
-            Some(code) => check("MPI_Test", code),
+            Some(code) => check("MPI_Testsome", code),
             None => Ok(()),
+        }
+    }
+
+    /// Keeps a completed send's buffer for a later send, up to [`SPARE_BUFFERS`].
+    fn recycle(&mut self, bytes: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            self.spare.push(bytes);
         }
     }
 
@@ -306,18 +360,18 @@ impl Transport for MpiTransport {
         MpiTransport::progress(self)
     }
     fn pending_sends(&self) -> usize {
-        self.pending.len()
+        self.requests.len()
     }
 }
 
 impl Drop for MpiTransport {
     fn drop(&mut self) {
-        for send in std::mem::take(&mut self.pending) {
-            let mut request = send.request;
+        let sending = std::mem::take(&mut self.sending);
+        for (mut request, bytes) in std::mem::take(&mut self.requests).into_iter().zip(sending) {
             // SAFETY: a live request of ours. After the free MPI may still read the
             // buffer, so the buffer is leaked, not freed.
             unsafe { ffi::MPI_Request_free(&mut request) };
-            std::mem::forget(send._bytes);
+            std::mem::forget(bytes);
         }
     }
 }

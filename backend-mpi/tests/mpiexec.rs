@@ -149,6 +149,19 @@ fn broadcast_serves_every_survivor_when_a_node_dies_on_activation() {
 }
 
 #[test]
+fn send_buffers_are_reused_from_the_pool() {
+    // A rank has few sends in flight at once, so it allocates about that many buffers,
+    // however many frames it sends.
+    let lines = run(4, &["validate"]);
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 2, 3]);
+    for line in &lines {
+        let stat = |name: &str| line["stats"][name].as_u64().unwrap();
+        let (sent, buffers) = (stat("frames_sent"), stat("send_buffers"));
+        assert!(buffers >= 1 && buffers * 4 <= sent, "{line}");
+    }
+}
+
+#[test]
 fn latency_job_reports_its_ratios() {
     check(&conformance::LATENCY_SMOKE);
 }
