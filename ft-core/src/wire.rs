@@ -65,6 +65,10 @@ pub enum FrameKind {
     AgreeAccepted = 19,
     /// Agreement: the decided set, down the tree of a decision broadcast.
     AgreeDecide = 20,
+    /// Agreement fast path, sweep 1: the union of contributions heard so far, to `i + 2^k`.
+    AgreeSweep = 21,
+    /// Agreement fast path, sweep 2: "I finished sweep 1", to `i + 2^k`.
+    AgreeSweepDone = 22,
     /// Broadcast: activation of a child (its outputs, ancestors and first subtree part).
     BcastActivate = 32,
     /// Broadcast: the rest of an activation's subtree, when it did not fit one frame.
@@ -87,6 +91,8 @@ impl FrameKind {
         FrameKind::AgreeAccept,
         FrameKind::AgreeAccepted,
         FrameKind::AgreeDecide,
+        FrameKind::AgreeSweep,
+        FrameKind::AgreeSweepDone,
         FrameKind::BcastActivate,
         FrameKind::BcastSubtree,
         FrameKind::BcastRequest,

@@ -7,10 +7,12 @@ use alloc::vec::Vec;
 
 use super::msg::{Msg, Report};
 use super::round::{Phase, Round, Tree};
+use super::sweep::{self, Progress, Sweeps};
 use super::{Ballot, Config};
 use crate::error::FrameError;
 use crate::rank::Rank;
 use crate::rankset::RankSet;
+use crate::shrink::Survivors;
 
 /// The agreement state of one epoch at one rank.
 #[derive(Clone, Debug)]
@@ -20,6 +22,14 @@ pub(super) struct Instance {
     /// (correct peers never propose less; forged frames cannot make `G` shrink).
     pub(super) base: RankSet,
     pub(super) contribution: RankSet,
+    /// The epoch's participants `C \ base`, numbered in rank order.
+    pub(super) participants: Survivors,
+    /// Rounds per fast-path sweep (0 when the epoch runs the tree path: too many
+    /// participants, see [`Config::sweep_limit`]).
+    pub(super) sweep_rounds: u32,
+    /// The fast path, while this rank still takes part in it: dropped for good when the
+    /// rank learns a death, promises a ballot ≥ 1, or decides.
+    pub(super) fast: Option<Box<Sweeps>>,
     pub(super) promised: Ballot,
     pub(super) accepted: Option<(Ballot, RankSet)>,
     pub(super) round: Option<Box<Round>>,
@@ -28,11 +38,21 @@ pub(super) struct Instance {
     pub(super) lead_failed: bool,
     pub(super) max_round: u32,
     pub(super) decided: Option<RankSet>,
-    /// Excluded set of the last decision broadcast seen or sent.
-    pub(super) wave: Option<RankSet>,
+    /// The last decision broadcast seen or sent.
+    pub(super) wave: Option<Wave>,
     /// `|dead|` when `wave` was last checked for cuts (the check is skipped until a new
     /// failure arrives or a new wave replaces it).
     pub(super) wave_checked: Option<usize>,
+}
+
+/// How the decision this rank knows of reached the participants.
+#[derive(Clone, Debug)]
+pub(super) enum Wave {
+    /// A decision broadcast over the tree of the ranks outside this excluded set.
+    Tree(RankSet),
+    /// The fast path: every participant decides when it finishes sweep 2, so any
+    /// participant death may leave some of them waiting.
+    Sweeps,
 }
 
 /// What an instance needs from the machine around it.
@@ -59,20 +79,38 @@ impl Io<'_> {
 impl Instance {
     pub(super) fn new(io: &mut Io<'_>, epoch: u32, base: RankSet, contribution: RankSet) -> Self {
         let (n, me) = (io.cfg.n, io.cfg.me);
-        let c0 = Tree::new(&base).root().unwrap_or(me);
+        let participants = Survivors::new(&base);
+        let m = participants.len();
+        let c0 = participants.old_rank(0).unwrap_or(me);
         let ballot = Ballot {
             round: 0,
             coord: c0,
         };
-        let leading = (c0 == me).then_some(ballot);
-        let round = Round::new(n, me, ballot, Tree::new(&base), base.clone());
+        let sweeping = m <= io.cfg.sweep_limit;
+        let (leading, round) = if sweeping {
+            (None, None)
+        } else {
+            let round = Round::new(n, me, ballot, Tree::new(&base), base.clone());
+            ((c0 == me).then_some(ballot), Some(Box::new(round)))
+        };
+        // A participant already known dead cannot sweep: go straight to the rounds.
+        let participant_dead = io.dead.difference(&base).next().is_some();
+        let fast = match participants.new_rank(me) {
+            Some(i) if sweeping && !participant_dead => {
+                Some(Box::new(Sweeps::new(i, m, contribution.clone())))
+            }
+            _ => None,
+        };
         let mut inst = Instance {
             epoch,
             base,
             contribution,
+            participants,
+            sweep_rounds: if sweeping { sweep::rounds_for(m) } else { 0 },
+            fast,
             promised: ballot,
             accepted: None,
-            round: Some(Box::new(round)),
+            round,
             leading,
             lead_failed: false,
             max_round: 0,
@@ -81,7 +119,40 @@ impl Instance {
             wave_checked: None,
         };
         inst.maybe_finish_gather(io);
+        inst.advance_sweeps(io);
         inst
+    }
+
+    /// Moves the fast path forward: sends what is due, accepts `U` at ballot 0 when
+    /// sweep 1 finishes, decides when sweep 2 does.
+    fn advance_sweeps(&mut self, io: &mut Io<'_>) {
+        loop {
+            let Some(fast) = self.fast.as_mut() else {
+                return;
+            };
+            match fast.advance(io, &self.participants, self.epoch) {
+                Progress::Waiting => return,
+                Progress::FirstDone => {
+                    let mut value = fast.union().clone();
+                    value.union_with(&self.base);
+                    // Still promised ballot 0: a promise of a higher one drops `fast`.
+                    self.accepted = Some((self.promised, value));
+                }
+                Progress::SecondDone => {
+                    self.fast = None;
+                    let Some((_, value)) = self.accepted.take() else {
+                        return; // unreachable: sweep 1 finished first
+                    };
+                    if self.decided.is_none() {
+                        self.wave = Some(Wave::Sweeps);
+                        self.wave_checked = None;
+                        self.decided = Some(value);
+                    }
+                    self.compact();
+                    return;
+                }
+            }
+        }
     }
 
     /// The value this rank holds for the epoch: decided, or else the accepted one.
@@ -171,6 +242,20 @@ impl Instance {
                 }
                 self.maybe_finish_gather(io);
             }
+            Msg::Sweep { round, union } => {
+                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
+                if let Some(fast) = self.fast.as_mut() {
+                    fast.hear_first(round, &union);
+                    self.advance_sweeps(io);
+                }
+            }
+            Msg::SweepDone { round } => {
+                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
+                if let Some(fast) = self.fast.as_mut() {
+                    fast.hear_second(round);
+                    self.advance_sweeps(io);
+                }
+            }
             Msg::Decide {
                 excluded,
                 mut value,
@@ -187,8 +272,9 @@ impl Instance {
                     };
                     io.send(c, self.epoch, &msg);
                 }
-                self.wave = Some(excluded);
+                self.wave = Some(Wave::Tree(excluded));
                 self.wave_checked = None;
+                self.fast = None;
                 if self.decided.is_none() {
                     self.decided = Some(value);
                     self.compact();
@@ -212,7 +298,12 @@ impl Instance {
                 round.phase = Phase::Promised;
                 let mut own = Report {
                     contrib: self.contribution.clone(),
-                    accepted: self.accepted.clone(),
+                    // The fast-path rule: a finished sweep 1 is an acceptance at ballot 0.
+                    // The mutation switch hides it, to show the rule is needed.
+                    accepted: self
+                        .accepted
+                        .clone()
+                        .filter(|(b, _)| b.round > 0 || !io.cfg.drop_fast_rule),
                     decided: self.decided.clone(),
                     reject: None,
                 };
@@ -303,8 +394,9 @@ impl Instance {
             };
             io.send(c, self.epoch, &msg);
         }
-        self.wave = Some(excluded);
+        self.wave = Some(Wave::Tree(excluded));
         self.wave_checked = None;
+        self.fast = None;
         self.decided = Some(value);
         self.compact();
     }
@@ -336,10 +428,14 @@ impl Instance {
                 return;
             }
             self.wave_checked = Some(io.dead.len());
-            let cut = self.wave.as_ref().is_none_or(|w| {
-                let tree = Tree::new(w);
-                io.dead.difference(w).any(|r| tree.is_inner(r))
-            });
+            let cut = match &self.wave {
+                None => true,
+                Some(Wave::Tree(w)) => {
+                    let tree = Tree::new(w);
+                    io.dead.difference(w).any(|r| tree.is_inner(r))
+                }
+                Some(Wave::Sweeps) => io.dead.difference(&self.base).next().is_some(),
+            };
             if cut {
                 let value = value.clone();
                 self.decide_and_broadcast(io, value);
@@ -350,6 +446,10 @@ impl Instance {
         // of somebody else (this rank just became coordinator) or a rejected one needs
         // a new ballot.
         if self.leading.is_some() && !self.lead_failed {
+            return;
+        }
+        // The fast path runs and no participant is known dead here: nothing to repair.
+        if self.fast.is_some() {
             return;
         }
         let ballot = Ballot {
@@ -373,6 +473,8 @@ impl Instance {
         tree: Tree,
         excluded: RankSet,
     ) {
+        // Promising a ballot ≥ 1 leaves the fast path for good: no sweep frame follows.
+        self.fast = None;
         let round = Round::new(io.cfg.n, io.cfg.me, ballot, tree, excluded);
         self.round = Some(Box::new(round));
         self.pass_down(io, io.cfg.me);
@@ -415,6 +517,9 @@ impl Instance {
     /// already have.
     pub(super) fn on_death(&mut self, io: &mut Io<'_>, dead: Rank) {
         let me = io.cfg.me;
+        // A dead participant cannot sweep: the fast path is over here (the coordinator
+        // starts a ballot when it learns of the death).
+        self.fast = None;
         let Some(round) = self.round.as_ref() else {
             return;
         };

@@ -146,6 +146,7 @@
 mod instance;
 mod msg;
 mod round;
+mod sweep;
 #[cfg(test)]
 mod tests;
 
@@ -164,6 +165,10 @@ use crate::wire::{self, Context, Header, Reader};
 use instance::{Instance, Io};
 use msg::Msg;
 
+/// Default [`Config::sweep_limit`]: the fast path up to `2^17` participants (at most
+/// `2·17·2^17 ≈ 4.5·10^6` frames per validation), the tree above.
+pub const DEFAULT_SWEEP_LIMIT: u32 = 1 << 17;
+
 /// Settings of one rank's agreement machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -175,6 +180,13 @@ pub struct Config {
     pub comm: u32,
     /// Most frames of the next epoch kept until the application starts it.
     pub max_buffered: usize,
+    /// Most participants for which an epoch runs the two-sweep fast path; above it the
+    /// epoch's round 0 is the tree round (sweeps cost `2·m·⌈log2 m⌉` frames against the
+    /// tree's `4(m - 1)`). Must be the same at every rank of the communicator.
+    pub sweep_limit: u32,
+    /// Mutation switch for tests: promises hide a finished sweep 1, so the fallback may
+    /// propose another value than a fast decision. Breaks agreement; never set it.
+    pub(crate) drop_fast_rule: bool,
 }
 
 impl Config {
@@ -190,7 +202,18 @@ impl Config {
             me,
             comm,
             max_buffered: 64 + 16 * (32 - n.leading_zeros() as usize),
+            sweep_limit: DEFAULT_SWEEP_LIMIT,
+            drop_fast_rule: false,
         }
+    }
+
+    /// This configuration with the fast-path fallback rule removed (promises no longer
+    /// report a finished sweep 1). For the mutation test that shows the rule is needed:
+    /// agreement breaks with it.
+    #[doc(hidden)]
+    pub fn mutation_without_fast_path_rule(mut self) -> Self {
+        self.drop_fast_rule = true;
+        self
     }
 }
 

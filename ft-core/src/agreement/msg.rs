@@ -69,6 +69,15 @@ pub(super) enum Msg {
         excluded: RankSet,
         value: RankSet,
     },
+    /// Fast path, sweep 1, round `round`: the sender's union of contributions so far.
+    Sweep {
+        round: u32,
+        union: RankSet,
+    },
+    /// Fast path, sweep 2, round `round`: the sender finished sweep 1.
+    SweepDone {
+        round: u32,
+    },
 }
 
 pub(super) const HAS_ACCEPTED: u8 = 1;
@@ -95,6 +104,8 @@ impl Msg {
             Msg::Accept { .. } => FrameKind::AgreeAccept,
             Msg::Accepted { .. } => FrameKind::AgreeAccepted,
             Msg::Decide { .. } => FrameKind::AgreeDecide,
+            Msg::Sweep { .. } => FrameKind::AgreeSweep,
+            Msg::SweepDone { .. } => FrameKind::AgreeSweepDone,
         }
     }
 
@@ -148,6 +159,13 @@ impl Msg {
             Msg::Decide { excluded, value } => {
                 w.put_rankset(excluded);
                 w.put_rankset(value);
+            }
+            Msg::Sweep { round, union } => {
+                w.put_varint((*round).into());
+                w.put_rankset(union);
+            }
+            Msg::SweepDone { round } => {
+                w.put_varint((*round).into());
             }
         }
         w.finish()
@@ -207,6 +225,13 @@ impl Msg {
             FrameKind::AgreeDecide => Msg::Decide {
                 excluded: r.rankset()?,
                 value: r.rankset()?,
+            },
+            FrameKind::AgreeSweep => Msg::Sweep {
+                round: r.varint_u32()?,
+                union: r.rankset()?,
+            },
+            FrameKind::AgreeSweepDone => Msg::SweepDone {
+                round: r.varint_u32()?,
             },
             other => return Err(FrameError::UnexpectedKind(other as u8)),
         };

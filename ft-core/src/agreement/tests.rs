@@ -92,6 +92,11 @@ fn frames_round_trip() {
             excluded: set(&[]),
             value: set(&(0..200).collect::<Vec<_>>()),
         },
+        Msg::Sweep {
+            round: 3,
+            union: set(&[4, 8, 15]),
+        },
+        Msg::SweepDone { round: 17 },
     ];
     for m in msgs {
         let bytes = m.encode(4, 2, 11);
