@@ -99,14 +99,14 @@ impl FrameKind {
         FrameKind::BcastData,
     ];
 
-    /// The protocol family the kind belongs to, by code range: `"detector"`, `"revoke"`,
-    /// `"agree"` or `"bcast"`. Used to name protocol steps (e.g. simulator kill points).
-    pub fn family(self) -> &'static str {
+    /// The protocol family the kind belongs to, by code range: what a layer dispatches
+    /// on, and how protocol steps are named (e.g. simulator kill points).
+    pub fn family(self) -> Family {
         match self as u8 {
-            4 => "revoke",
-            1..=15 => "detector",
-            16..=31 => "agree",
-            _ => "bcast",
+            4 => Family::Revoke,
+            1..=15 => Family::Detector,
+            16..=31 => Family::Agree,
+            _ => Family::Bcast,
         }
     }
 
@@ -117,6 +117,46 @@ impl FrameKind {
             .copied()
             .find(|k| *k as u8 == code)
             .ok_or(FrameError::UnknownKind(code))
+    }
+}
+
+/// The protocol a frame kind belongs to ([`FrameKind::family`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Family {
+    /// The failure detector (heartbeats, observe requests, failure notices).
+    Detector,
+    /// The communicator's revoke flood.
+    Revoke,
+    /// The agreement of `validate_global`.
+    Agree,
+    /// The broadcast activation protocol.
+    Bcast,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 4] = [
+        Family::Detector,
+        Family::Agree,
+        Family::Bcast,
+        Family::Revoke,
+    ];
+
+    /// The family's name in scenario files and reports: `"detector"`, `"agree"`,
+    /// `"bcast"` or `"revoke"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Detector => "detector",
+            Family::Revoke => "revoke",
+            Family::Agree => "agree",
+            Family::Bcast => "bcast",
+        }
+    }
+
+    /// The family named `name` (see [`Family::name`]).
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 

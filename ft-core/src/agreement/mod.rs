@@ -27,19 +27,53 @@
 //! 4. **decide** (broadcast): the coordinator now knows every participant holds the
 //!    value; it decides and broadcasts the decision; a rank returns it on receipt.
 //!
-//! Round 0 of epoch `e` needs no prepare message: its excluded set is `G_{e-1}` (the
-//! previous agreed set, identical everywhere), so every rank computes the tree and sends
-//! its promise (= contribution) up as soon as the application calls `start`. A later
-//! round (`round ≥ 1`) starts with a **prepare** broadcast carrying `D`, then the four
-//! traversals above.
+//! A later round (`round ≥ 1`) starts with a **prepare** broadcast carrying `D`, then
+//! the four traversals above. Round 0 of epoch `e` needs no prepare: its participants
+//! are `C \ G_{e-1}` (the previous agreed set, identical everywhere), so it starts as
+//! soon as the application calls `start`, in one of two shapes chosen by the number of
+//! participants `m` (the same choice everywhere, [`Config::sweep_limit`]):
 //!
-//! Failure-free cost with `m = n - |G_{e-1}|` participants, all starting together:
-//! `4(m - 1)` messages and `4·h(m)` message delays (`= 4·log2 m` when `m` is a power of
-//! two). That is twice the `2(m-1)` messages / `2·⌈log2 m⌉` delays of a bare
-//! reduce+broadcast, and it is the price of *knowledge*: a rank may only return `G` once
-//! it knows every live rank holds `G`, which needs the acknowledgement reduce and a
-//! second broadcast. The acknowledgement reduce carries only a ballot; the decision
-//! broadcast carries `G` and `D`.
+//! - **Fast path** (`m ≤ sweep_limit`, default [`DEFAULT_SWEEP_LIMIT`] `= 2^17`): two
+//!   dissemination sweeps of `K = ⌈log2 m⌉` rounds (module `sweep`): in round `k`
+//!   participant `i` sends to `i + 2^k` and waits for `i - 2^k` (mod `m`). Sweep 1
+//!   carries the union of contributions; when it finishes, `i` holds
+//!   `U = ⋃ contributions` (every participant's) and **accepts `U ∪ G_{e-1}` at ballot
+//!   `(0, c0)`**, below every ballot of the later rounds. Sweep 2 carries "sweep 1 done";
+//!   finishing it proves every participant accepted, so `i` decides. Failure-free cost:
+//!   `2·m·K` messages and `2·K` delays, for any `m`.
+//! - **Tree round** (`m > sweep_limit`): round 0 is the four traversals above without the
+//!   prepare: `4(m - 1)` messages and `4·h(m)` delays. Sweeps would cost `2·m·⌈log2 m⌉`
+//!   frames, 40·10^6 at `m = 10^6`, where the simulator's 10^6-rank scenario must stay
+//!   within its time and memory budget; the tree needs 4·10^6.
+//!
+//! Either way a rank may only return `G` once it knows every live rank holds `G`
+//! (*knowledge*): the second sweep, or the acknowledgement reduce and the decision
+//! broadcast, is the price of it over a bare reduce+broadcast.
+//!
+//! ## Leaving the fast path
+//!
+//! A rank leaves the fast path for good, sending no further sweep frame, when it learns
+//! of a participant's death (at `start` or later), when it promises a ballot `≥ 1`, or
+//! when it decides by a decision broadcast. The coordinator (lowest live rank) starts
+//! ballot 1 as soon as it has left the fast path without deciding; the ballot runs as
+//! any round `≥ 1`. The rule that keeps a possible fast decision is plain Paxos, because
+//! a finished sweep 1 is an acceptance at ballot 0: each promise reports the highest
+//! accepted value, so a rank that finished sweep 1 reports `(ballot 0, U ∪ G_{e-1})`,
+//! and a coordinator that hears of one and of nothing higher proposes exactly that. In
+//! particular, if every live participant that answers finished sweep 1, the proposal
+//! is `U ∪ G_{e-1}`; if none did, nobody can have decided fast and the proposal is the
+//! union of the contributions. [`Config::mutation_without_fast_path_rule`] hides
+//! ballot-0 acceptances from the promises; `tests/agreement.rs` shows a two-failure
+//! schedule at `n = 3` where agreement then breaks.
+//!
+//! Why a fast decision at `j` survives: `j` finished sweep 2, so every participant `p`
+//! sent its round-0 sweep-2 frame, hence finished sweep 1 (accepted `U` at ballot 0)
+//! *before* it promised any ballot `≥ 1` (after such a promise it sends no sweep frame).
+//! The coordinator of the first ballot `b ≥ 1` that gets a proposal is a participant
+//! (it is outside `G_{e-1}`) and alive, so its own promise carries ballot 0's `U` unless
+//! it accepted something higher — and by induction over ballots (the usual Paxos step,
+//! below) every value accepted at a ballot in `(0, b)` is `U` too. So every later
+//! proposal is `U ∪ G_{e-1}`.
 //!
 //! # Failures
 //!
@@ -85,6 +119,12 @@
 //! Older frames are refused with [`FrameError::StaleEpoch`], later ones with
 //! `FutureEpoch`. An epoch's frames never touch another epoch's state.
 //!
+//! Sweep frames are checked against the epoch's sweep layout: a round outside `0..K` is
+//! [`FrameError::BadSweepRound`] (`K = 0` on the tree path), a participant that does not
+//! send to this rank in that round is [`FrameError::NotSweepPeer`], a sender outside
+//! the participants is [`FrameError::NotParticipant`] (the machine refuses such a rank
+//! earlier, with `FromFailedRank`, as `G_{e-1}` is dead here).
+//!
 //! # Properties (crash-stop, accurate detector: only crashed ranks are reported)
 //!
 //! - **Uniform agreement**: every rank that returns `G` for epoch `e`, even one that
@@ -95,13 +135,19 @@
 //!   later ballot's coordinator hears from a live rank that accepted `b`, so it
 //!   proposes the same value (the Paxos argument, with "all ranks not excluded" as the
 //!   quorum: two such quorums always share the later coordinator, which was alive at
-//!   the earlier ballot and so acknowledged it).
+//!   the earlier ballot and so acknowledged it). The fast path is ballot 0 with the
+//!   quorum "every participant": a fast decision needs every participant's acceptance
+//!   before any higher promise, so it is kept by the same argument (see *Leaving the
+//!   fast path*).
 //! - **Knowledge**: when a rank returns `G`, every rank not yet crashed has accepted `G`
 //!   (it was a participant of the deciding ballot and acknowledged). So the returning
-//!   rank knows every live rank holds or will return `G`.
+//!   rank knows every live rank holds or will return `G`. A fast decision at `i`
+//!   follows every participant's acceptance of it (finishing sweep 2 proves it).
 //! - **Validity**: `G ⊇ L_i` of every rank that started the epoch and is not in `G`
 //!   (a survivor is a participant of the ballot whose reduce built the value), and
 //!   `G ⊆` ranks some rank declared dead (contributions, detector reports, `D`).
+//!   A fast decision is `U ∪ G_{e-1}` with `U` the union of every participant's
+//!   contribution.
 //! - **Termination**: let `t*` be the time by which every failure of the run has been
 //!   reported to every rank still alive (a rank that crashes later counts until it
 //!   does: as coordinator it waits on what it was told) and every survivor has started
@@ -109,12 +155,16 @@
 //!   where `k ≤ f` is the number of rejections the final coordinator meets (a rejection
 //!   reveals a higher ballot of a dead earlier coordinator, and after it the final
 //!   coordinator's round is above all of that coordinator's ballots). Without failures
-//!   the bound is the `4·h` of the failure-free path. (Measured over 10^5 random
-//!   schedules in `tests/agreement.rs`: at most `4.0·⌈log2 n⌉·δ` after `t*` with
-//!   in-place repair; `5.3·⌈log2 n⌉·δ` when every death started a new round.)
+//!   the bound is the failure-free path's: `2·⌈log2 m⌉` on the sweeps, `4·h` on the
+//!   tree. On the sweeps a death known at `t*` costs the coordinator's ballot 1 (its
+//!   prepare and four traversals) at most, which the `k + 1` rounds of the bound
+//!   already count. (Measured over 10^5 random schedules in `tests/agreement.rs`, 80 %
+//!   of them on the sweeps: see `randomized_schedules_many`.)
 //! - **Epochs**: successive decisions grow (`G_e ⊇ G_{e-1}`, since round 0 excludes
 //!   `G_{e-1}` and every value contains its `D`), and no frame of one epoch changes the
-//!   state of another.
+//!   state of another. Sweep frames carry the epoch like every frame; a rank that
+//!   finished epoch `e` sends at most `2·⌈log2 m⌉` sweep frames of `e + 1` to each
+//!   slower peer, within [`Config::max_buffered`].
 //!
 //! # Under false suspicion (partitions)
 //!
@@ -125,7 +175,9 @@
 //! deciding ballot), each returned `G` was accepted by every rank outside it that the
 //! deciding coordinator did not exclude, a rank that receives a `G` containing itself
 //! raises [`Event::SelfExcluded`] and stops (fail-stop enforcement), and every frame is
-//! still epoch-separated. Termination needs the suspicion to become mutual.
+//! still epoch-separated. Termination needs the suspicion to reach the coordinator (a
+//! rank that suspects a participant leaves the fast path, and only the coordinator
+//! starts the ballot that replaces it) and to become mutual.
 //!
 //! # Use
 //!
@@ -136,7 +188,7 @@
 //!   (refused with [`AgreementError::AlreadyRunning`] until the previous epoch decided);
 //! - every detector suspicion, during a validation or not: [`Agreement::on_rank_failed`]
 //!   (final; it also makes the machine refuse that rank's frames);
-//! - every frame whose kind is in the `"agree"` family: [`Protocol::handle_message`];
+//! - every frame whose kind is in the [`Family::Agree`] family: [`Protocol::handle_message`];
 //! - on [`Event::Decided`]: `view.commit_global(&agreed)` (agreed sets only grow, so its
 //!   precondition holds) and report the counts; on [`Event::SelfExcluded`]: stop the rank.
 //!
@@ -160,7 +212,7 @@ use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::rankset::RankSet;
 use crate::time::Instant;
-use crate::wire::{self, Context, Header, Reader};
+use crate::wire::{self, Context, Family, Header, Reader};
 
 use instance::{Instance, Io};
 use msg::Msg;
@@ -459,7 +511,7 @@ impl Agreement {
     }
 
     /// Feeds a frame whose header was already decoded and checked against this
-    /// agreement's communicator (by a layer that dispatches on [`FrameKind::family`]);
+    /// agreement's communicator (by a layer that dispatches on [`wire::FrameKind::family`]);
     /// `reader` is positioned after the header.
     pub fn handle_frame(
         &mut self,
@@ -467,7 +519,7 @@ impl Agreement {
         header: &Header,
         mut reader: Reader<'_>,
     ) -> Result<(), FrameError> {
-        if header.kind.family() != "agree" {
+        if header.kind.family() != Family::Agree {
             return Err(FrameError::UnexpectedKind(header.kind as u8));
         }
         let from = header.sender;
