@@ -25,7 +25,8 @@ enum Field {
 enum Op {
     Frame {
         from: u8,
-        /// Agreement kinds are 16..=20; other codes exercise the kind checks.
+        /// Agreement kinds are 16..=22 (22, 21: the fast-path sweeps); 23 maps to a
+        /// detector kind, to exercise the kind checks.
         kind: u8,
         epoch: u8,
         fields: Vec<Field>,
