@@ -57,7 +57,7 @@
 use std::collections::HashMap;
 
 use ft_core::view::FailureView;
-use ft_core::wire::{self, FrameKind};
+use ft_core::wire::{self, Family, FrameKind};
 use ft_core::{Duration, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
@@ -222,7 +222,7 @@ pub use ft_core::rng::SplitMix;
 
 #[derive(Clone, Debug)]
 struct StepKill {
-    family: &'static str,
+    family: Family,
     nth: u64,
     seen: u64,
 }

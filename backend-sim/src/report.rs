@@ -176,6 +176,29 @@ pub struct GlobalSummary {
     pub failed: usize,
     /// Earliest and latest return, ms.
     pub finished_ms: (f64, f64),
+    /// Earliest call, ms.
+    pub started_ms: f64,
+    /// Longest call at one rank (return - call), ms.
+    pub longest_call_ms: f64,
+    /// The longest call in mean link delays (`latency + jitter / 2`; frame sizes add
+    /// picoseconds per byte, left out).
+    pub longest_call_delays: f64,
+    /// Message delays of the agreement's failure-free shape for this validation's
+    /// participants `m = n - |G of the previous one|`: `2·⌈log2 m⌉` on the fast path's
+    /// sweeps, `4·h(m)` on the tree (above [`ft_core::agreement::DEFAULT_SWEEP_LIMIT`]).
+    pub failure_free_delays: u32,
+}
+
+/// Message delays of a failure-free `validate_global` over `m` participants (see
+/// [`GlobalSummary::failure_free_delays`]).
+pub fn failure_free_delays(m: u32) -> u32 {
+    if m <= ft_core::agreement::DEFAULT_SWEEP_LIMIT {
+        2 * crate::engine::ceil_log2(m)
+    } else {
+        // The binomial tree's depth: the largest popcount below m.
+        let top = m - 1;
+        4 * top.count_ones().max(top.checked_ilog2().unwrap_or(0))
+    }
 }
 
 fn millis(t: Instant) -> f64 {
@@ -215,6 +238,7 @@ fn summarize_globals<P: SimRank>(sim: &Sim<P>, survivors: &[Rank]) -> Vec<Global
             if out.len() <= k {
                 out.push(GlobalSummary {
                     finished_ms: (f64::MAX, 0.0),
+                    started_ms: f64::MAX,
                     ..GlobalSummary::default()
                 });
                 results.push(Vec::new());
@@ -223,14 +247,24 @@ fn summarize_globals<P: SimRank>(sim: &Sim<P>, survivors: &[Rank]) -> Vec<Global
             g.returned += 1;
             g.finished_ms.0 = g.finished_ms.0.min(millis(v.finished));
             g.finished_ms.1 = g.finished_ms.1.max(millis(v.finished));
+            g.started_ms = g.started_ms.min(millis(v.started));
+            g.longest_call_ms = g
+                .longest_call_ms
+                .max(millis(v.finished) - millis(v.started));
             if !results[k].contains(&&v.result) {
                 results[k].push(&v.result);
             }
         }
     }
+    let net = sim.net();
+    let mean_delay_ms = (net.latency.as_nanos() as f64 + net.jitter.as_nanos() as f64 / 2.0) / 1e6;
+    let mut previous_failed = 0;
     for (k, g) in out.iter_mut().enumerate() {
         g.distinct_results = results[k].len() as u32;
         g.failed = results[k].first().map_or(0, |r| r.len());
+        g.longest_call_delays = g.longest_call_ms / mean_delay_ms.max(f64::MIN_POSITIVE);
+        g.failure_free_delays = failure_free_delays(sim.size() - previous_failed as u32);
+        previous_failed = g.failed;
         g.survivors_pending = survivors
             .iter()
             .filter(|r| {
@@ -530,14 +564,20 @@ impl Report {
         for (k, g) in x.global_validations.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "global validation #{}: returned at {} ranks ({} survivors pending), {} distinct G, |G| = {}, finished {:.4}..{:.4} ms",
+                "global validation #{}: returned at {} ranks ({} survivors pending), {} distinct G, |G| = {}, called {:.4} ms, finished {:.4}..{:.4} ms",
                 k + 1,
                 g.returned,
                 g.survivors_pending,
                 g.distinct_results,
                 g.failed,
+                g.started_ms,
                 g.finished_ms.0,
                 g.finished_ms.1
+            );
+            let _ = writeln!(
+                s,
+                "  longest call {:.4} ms = {:.1} mean link delays (failure-free shape: {} delays)",
+                g.longest_call_ms, g.longest_call_delays, g.failure_free_delays
             );
         }
         let _ = writeln!(s, "\ndetections:");

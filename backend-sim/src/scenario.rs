@@ -38,6 +38,7 @@ use serde::Deserialize;
 
 use ft_bcast::{OutputSpec, PlanSpec, Strategy, Topology};
 use ft_core::detector::DEFAULT_SPAN;
+use ft_core::wire::Family;
 use ft_core::Rank;
 
 thread_local! {
@@ -236,15 +237,12 @@ pub enum KillPoint {
     At(f64),
     /// Just before the rank sends its `nth` frame of protocol `family`.
     BeforeSend {
-        /// `detector`, `agree`, `bcast` or `revoke`.
-        family: &'static str,
+        /// The protocol whose frames are counted.
+        family: Family,
         /// From 1.
         nth: u64,
     },
 }
-
-/// Protocol families a step kill may name (see `ft_core::wire::FrameKind::family`).
-pub const FAMILIES: [&str; 4] = ["detector", "agree", "bcast", "revoke"];
 
 impl Kill {
     /// Who dies, or why the entry is inconsistent.
@@ -269,10 +267,10 @@ impl Kill {
                 if on != "send" {
                     return Err(format!("\"on\" must be \"send\", not {on:?}"));
                 }
-                let family = FAMILIES
-                    .iter()
-                    .find(|f| **f == kind.as_str())
-                    .ok_or_else(|| format!("\"kind\" must be one of {FAMILIES:?}, not {kind:?}"))?;
+                let family = Family::from_name(kind).ok_or_else(|| {
+                    let names = Family::ALL.map(Family::name);
+                    format!("\"kind\" must be one of {names:?}, not {kind:?}")
+                })?;
                 if nth == 0 {
                     return Err("\"nth\" counts from 1".into());
                 }
@@ -690,7 +688,7 @@ mod tests {
         assert_eq!(
             s.kill[1].point().unwrap(),
             KillPoint::BeforeSend {
-                family: "agree",
+                family: Family::Agree,
                 nth: 2
             }
         );

@@ -20,7 +20,7 @@ use backend_sim::scenario::{ActionKind, Scenario};
 use backend_sim::stack::{payload, SimStack};
 use ft_bcast::StackEvent;
 use ft_core::view::FailureView;
-use ft_core::wire::{FrameKind, MAX_CHUNK};
+use ft_core::wire::{Family, FrameKind, MAX_CHUNK};
 use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
 use serde_json::json;
 
@@ -196,7 +196,7 @@ impl Protocol for Watched {
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.inner.poll_transmit(now, buf)?;
         let kind = FrameKind::from_code(buf[1]).expect("own frames are valid");
-        if kind.family() == "bcast" && self.inner.view().is_known_failed(t.to) {
+        if kind.family() == Family::Bcast && self.inner.view().is_known_failed(t.to) {
             self.to_known_dead.push((t.to, buf[1]));
         }
         Some(t)

@@ -51,6 +51,11 @@ fn the_demo_validates_globally_and_reports_when_each_validation_was_called() {
         assert!(suspected <= everyone, "{d}");
     }
     let text = report.to_text();
+    // 64 participants: the fast path's two sweeps take 2·6 delays without failures.
+    assert!(
+        text.contains("called 160.0000 ms") && text.contains("(failure-free shape: 12 delays)"),
+        "{text}"
+    );
     assert!(
         text.contains("G=[17, 40, 41, 42, 43, 44, 45, 46, 47]  "),
         "{text}"

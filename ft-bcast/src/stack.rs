@@ -41,7 +41,7 @@ use core::fmt;
 
 use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
-use ft_core::wire::{Context, Header};
+use ft_core::wire::{Context, Family, Header};
 use ft_core::{Counts, FrameError, Instant, Protocol, Rank, Transmit};
 
 use crate::plan::Plan;
@@ -251,7 +251,7 @@ impl Protocol for RankStack {
         };
         // One decode serves every layer: each takes the checked header and the payload.
         let (header, payload) = Header::decode(bytes, context, from)?;
-        if header.kind.family() == "bcast" {
+        if header.kind.family() == Family::Bcast {
             // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
             if self.node.detector().known_dead().contains(header.sender) {
                 return Err(FrameError::FromFailedRank(header.sender));

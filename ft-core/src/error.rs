@@ -60,6 +60,23 @@ pub enum FrameError {
     UnexpectedKind(u8),
     /// The communicator is revoked; frames of its operations are dropped.
     Revoked,
+    /// A fast-path sweep frame names a round the epoch's sweeps do not have
+    /// (`rounds` is 0 when the epoch runs the tree path instead).
+    BadSweepRound {
+        /// The frame's round.
+        round: u32,
+        /// Rounds per sweep in this epoch.
+        rounds: u32,
+    },
+    /// The sender is not a participant of the frame's epoch (it was agreed failed before).
+    NotParticipant(Rank),
+    /// A participant sent a sweep frame of a round in which it does not send to this rank.
+    NotSweepPeer {
+        /// The frame's round.
+        round: u32,
+        /// The sender.
+        sender: Rank,
+    },
 }
 
 impl fmt::Display for FrameError {
@@ -90,6 +107,21 @@ impl fmt::Display for FrameError {
             FrameError::Malformed(what) => write!(f, "malformed frame: {what}"),
             FrameError::UnexpectedKind(k) => write!(f, "frame kind {k} not accepted here"),
             FrameError::Revoked => f.write_str("communicator revoked: frame dropped"),
+            FrameError::BadSweepRound { round, rounds } => {
+                write!(
+                    f,
+                    "sweep round {round} out of range ({rounds} rounds per sweep)"
+                )
+            }
+            FrameError::NotParticipant(r) => {
+                write!(f, "rank {r} is not a participant of the frame's epoch")
+            }
+            FrameError::NotSweepPeer { round, sender } => {
+                write!(
+                    f,
+                    "rank {sender} does not send to this rank in sweep round {round}"
+                )
+            }
         }
     }
 }

@@ -43,7 +43,7 @@ use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::time::Instant;
 use crate::view::{Counts, FailureView};
-use crate::wire::{self, FrameKind, Header, Reader};
+use crate::wire::{self, Family, FrameKind, Header, Reader};
 
 /// What a node reports to the application.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -333,7 +333,7 @@ impl Node {
         if self.detector.known_dead().contains(header.sender) {
             return Err(FrameError::FromFailedRank(header.sender));
         }
-        if header.kind.family() == "agree" {
+        if header.kind.family() == Family::Agree {
             let result = self.agreement_mut(now).handle_frame(now, header, payload);
             self.absorb_agreement();
             return result;
@@ -348,19 +348,19 @@ impl Node {
         payload: Reader<'_>,
     ) -> Result<(), FrameError> {
         match header.kind.family() {
-            "detector" => {
+            Family::Detector => {
                 let result = self.detector.handle_frame(now, header, payload);
                 self.absorb_detector(now);
                 self.absorb_agreement();
                 result
             }
-            "revoke" => {
+            Family::Revoke => {
                 payload.finish()?;
                 self.mark_revoked(header.sender);
                 Ok(())
             }
-            // "bcast" frames belong to the broadcast layer stacked above this node.
-            _ => Err(FrameError::UnexpectedKind(header.kind as u8)),
+            // Bcast frames belong to the broadcast layer stacked above this node.
+            Family::Agree | Family::Bcast => Err(FrameError::UnexpectedKind(header.kind as u8)),
         }
     }
 }

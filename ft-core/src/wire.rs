@@ -65,6 +65,10 @@ pub enum FrameKind {
     AgreeAccepted = 19,
     /// Agreement: the decided set, down the tree of a decision broadcast.
     AgreeDecide = 20,
+    /// Agreement fast path, sweep 1: the union of contributions heard so far, to `i + 2^k`.
+    AgreeSweep = 21,
+    /// Agreement fast path, sweep 2: "I finished sweep 1", to `i + 2^k`.
+    AgreeSweepDone = 22,
     /// Broadcast: activation of a child (its outputs, ancestors and first subtree part).
     BcastActivate = 32,
     /// Broadcast: the rest of an activation's subtree, when it did not fit one frame.
@@ -87,20 +91,22 @@ impl FrameKind {
         FrameKind::AgreeAccept,
         FrameKind::AgreeAccepted,
         FrameKind::AgreeDecide,
+        FrameKind::AgreeSweep,
+        FrameKind::AgreeSweepDone,
         FrameKind::BcastActivate,
         FrameKind::BcastSubtree,
         FrameKind::BcastRequest,
         FrameKind::BcastData,
     ];
 
-    /// The protocol family the kind belongs to, by code range: `"detector"`, `"revoke"`,
-    /// `"agree"` or `"bcast"`. Used to name protocol steps (e.g. simulator kill points).
-    pub fn family(self) -> &'static str {
+    /// The protocol family the kind belongs to, by code range: what a layer dispatches
+    /// on, and how protocol steps are named (e.g. simulator kill points).
+    pub fn family(self) -> Family {
         match self as u8 {
-            4 => "revoke",
-            1..=15 => "detector",
-            16..=31 => "agree",
-            _ => "bcast",
+            4 => Family::Revoke,
+            1..=15 => Family::Detector,
+            16..=31 => Family::Agree,
+            _ => Family::Bcast,
         }
     }
 
@@ -111,6 +117,46 @@ impl FrameKind {
             .copied()
             .find(|k| *k as u8 == code)
             .ok_or(FrameError::UnknownKind(code))
+    }
+}
+
+/// The protocol a frame kind belongs to ([`FrameKind::family`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Family {
+    /// The failure detector (heartbeats, observe requests, failure notices).
+    Detector,
+    /// The communicator's revoke flood.
+    Revoke,
+    /// The agreement of `validate_global`.
+    Agree,
+    /// The broadcast activation protocol.
+    Bcast,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 4] = [
+        Family::Detector,
+        Family::Agree,
+        Family::Bcast,
+        Family::Revoke,
+    ];
+
+    /// The family's name in scenario files and reports: `"detector"`, `"agree"`,
+    /// `"bcast"` or `"revoke"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Detector => "detector",
+            Family::Revoke => "revoke",
+            Family::Agree => "agree",
+            Family::Bcast => "bcast",
+        }
+    }
+
+    /// The family named `name` (see [`Family::name`]).
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 

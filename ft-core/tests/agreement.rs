@@ -6,13 +6,18 @@
 //! survivor about each crash after a random delay (eventual strong completeness, no
 //! false suspicion unless a scenario asks for it). After each run it checks uniform
 //! agreement, knowledge, validity, termination within the documented bound, and epochs.
+//!
+//! Scenarios run either path of round 0: the two-sweep fast path (the default up to
+//! [`DEFAULT_SWEEP_LIMIT`] participants) or the tree round (`sweep_limit: 0`), and one
+//! test removes the fast path's fallback rule to show that a schedule then breaks
+//! agreement.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant as WallClock;
 
-use ft_core::agreement::{Agreement, Config, Event};
-use ft_core::wire::frame_capacity;
+use ft_core::agreement::{Agreement, Config, Event, DEFAULT_SWEEP_LIMIT};
+use ft_core::wire::{frame_capacity, FrameKind, Header};
 use ft_core::{FrameError, Instant, Protocol, Rank, RankSet, SplitMix};
 
 /// Inclusive ranges and percentages drawn from the workspace's generator.
@@ -64,6 +69,10 @@ struct Scenario {
     lose_in_flight: bool,
     /// `(suspect, by, at)`: `by` is told at time `at` that live `suspect` died.
     false_suspicions: Vec<(Rank, Rank, u64)>,
+    /// [`Config::sweep_limit`]: 0 runs the tree round, the default the sweeps.
+    sweep_limit: u32,
+    /// Remove the fast path's fallback rule (mutation test).
+    mutation: bool,
 }
 
 impl Scenario {
@@ -78,7 +87,18 @@ impl Scenario {
             start_jitter: 20,
             lose_in_flight: false,
             false_suspicions: Vec::new(),
+            sweep_limit: DEFAULT_SWEEP_LIMIT,
+            mutation: false,
         }
+    }
+
+    fn config(&self, rank: Rank) -> Config {
+        let mut cfg = Config::new(self.n, rank, 9);
+        cfg.sweep_limit = self.sweep_limit;
+        if self.mutation {
+            cfg = cfg.mutation_without_fast_path_rule();
+        }
+        cfg
     }
 }
 
@@ -152,9 +172,7 @@ impl Sim {
             seq: 0,
             queue: BinaryHeap::new(),
             actions: Vec::new(),
-            nodes: (0..n)
-                .map(|r| Agreement::new(Config::new(n, r, 9)))
-                .collect(),
+            nodes: (0..n).map(|r| Agreement::new(sc.config(r))).collect(),
             alive: vec![true; n as usize],
             death_time: vec![None; n as usize],
             sends: vec![0; n as usize],
@@ -433,8 +451,25 @@ impl Sim {
                     }
                 }
             }
-            // Epochs: agreed sets only grow.
-            if let Some(p) = &prev_g {
+            // Epochs: agreed sets only grow (at each rank: under false suspicion the
+            // first returners of two epochs may sit on two sides of a partition).
+            for r in 0..n as usize {
+                let (Some((before, _)), Some((after, _))) = (
+                    self.decisions[r].get(&(epoch - 1)),
+                    self.decisions[r].get(&epoch),
+                ) else {
+                    continue;
+                };
+                if !before.is_subset(after) {
+                    self.fail(format!(
+                        "epochs: rank {r}'s G shrank from {before:?} to {after:?}"
+                    ));
+                }
+            }
+            if let Some(p) = prev_g
+                .as_ref()
+                .filter(|_| self.sc.false_suspicions.is_empty())
+            {
                 if !p.is_subset(&g) {
                     self.fail(format!("epochs: G shrank from {p:?} to {g:?}"));
                 }
@@ -500,26 +535,43 @@ fn depth(m: u32) -> u32 {
     (0..m).map(u32::count_ones).max().unwrap_or(0)
 }
 
-#[test]
-fn failure_free_cost_is_four_traversals() {
+/// Failure-free runs on `path` (a sweep limit) for many `n`, every hop taking exactly 1
+/// and every rank starting at t=1: checks `(messages, delays)` of one epoch against
+/// `expected(n)`, and that two epochs cost twice the messages.
+fn failure_free_cost(path: u32, expected: impl Fn(u32) -> (u64, u64)) {
     for n in (1..=70).chain([127, 128, 129, 255, 256, 1000, 1024]) {
         let mut sc = Scenario::quiet(n, 1);
         sc.epochs = 1;
         sc.max_delay = 1;
         sc.start_jitter = 0;
+        sc.sweep_limit = path;
         let out = Sim::new(sc.clone()).run();
-        assert_eq!(out.messages, 4 * u64::from(n - 1), "messages at n={n}");
-        // Everyone starts at t=1 and every hop takes exactly 1.
-        assert_eq!(out.end_time - 1, 4 * u64::from(depth(n)), "delays at n={n}");
+        let (messages, delays) = expected(n);
+        assert_eq!(out.messages, messages, "messages at n={n}");
+        assert_eq!(out.end_time - 1, delays, "delays at n={n}");
+        sc.epochs = 2;
+        let out = Sim::new(sc).run();
+        assert_eq!(out.messages, 2 * messages, "two epochs at n={n}");
+    }
+}
+
+#[test]
+fn failure_free_cost_is_two_sweeps() {
+    failure_free_cost(DEFAULT_SWEEP_LIMIT, |n| {
+        let k = u64::from(ceil_log2(n));
+        (2 * u64::from(n) * k, 2 * k)
+    });
+}
+
+#[test]
+fn failure_free_cost_of_the_tree_path_is_four_traversals() {
+    for n in 1..=1024 {
         assert!(depth(n) <= ceil_log2(n));
         if n.is_power_of_two() {
             assert_eq!(depth(n), ceil_log2(n));
         }
-        // Two epochs cost twice as much.
-        sc.epochs = 2;
-        let out = Sim::new(sc).run();
-        assert_eq!(out.messages, 8 * u64::from(n - 1), "two epochs at n={n}");
     }
+    failure_free_cost(0, |n| (4 * u64::from(n - 1), 4 * u64::from(depth(n))));
 }
 
 /// Number of frames each rank sends in a failure-free run of `sc`.
@@ -559,16 +611,20 @@ fn run_counting(sc: Scenario) -> (Outcome, Vec<bool>) {
 /// Timing seeds per kill configuration (each gives other delays, hence other orders).
 const EXHAUSTIVE_SEEDS: u64 = if cfg!(debug_assertions) { 3 } else { 8 };
 
+/// Round-0 paths the exhaustive searches cover: the sweeps and the tree.
+const PATHS: [u32; 2] = [DEFAULT_SWEEP_LIMIT, 0];
+
 #[test]
 fn exhaustive_one_failure_at_every_send_step() {
     let started = WallClock::now();
     let mut cases = 0u64;
-    for n in 2..=5u32 {
+    for (n, path) in (2..=5u32).flat_map(|n| PATHS.map(|p| (n, p))) {
         for seed in 0..EXHAUSTIVE_SEEDS {
             for victim in 0..n {
                 let mut k = 1;
                 loop {
                     let mut sc = Scenario::quiet(n, seed * 1000 + u64::from(n));
+                    sc.sweep_limit = path;
                     sc.lose_in_flight = seed % 2 == 1;
                     sc.kills = vec![(victim, Kill::BeforeSend(k))];
                     let (_, happened) = run_counting(sc);
@@ -587,13 +643,19 @@ fn exhaustive_one_failure_at_every_send_step() {
     );
 }
 
-#[test]
-fn exhaustive_two_failures_at_every_pair_of_send_steps() {
-    let started = WallClock::now();
+/// Every pair of send steps of two victims, on the sweeps or the tree (`path`), with
+/// `mutation` optionally set; calls `run` on each scenario and returns the run count.
+fn two_failure_schedules(
+    path: u32,
+    mutation: bool,
+    mut run: impl FnMut(Scenario) -> Vec<bool>,
+) -> u64 {
     let mut cases = 0u64;
     for n in 3..=5u32 {
         for seed in 0..EXHAUSTIVE_SEEDS {
-            let base = Scenario::quiet(n, seed * 7919 + u64::from(n));
+            let mut base = Scenario::quiet(n, seed * 7919 + u64::from(n));
+            base.sweep_limit = path;
+            base.mutation = mutation;
             let quiet_sends = sends_without_failures(&base);
             for a in 0..n {
                 for b in 0..n {
@@ -607,8 +669,11 @@ fn exhaustive_two_failures_at_every_pair_of_send_steps() {
                             let mut sc = base.clone();
                             sc.lose_in_flight = (ka + kb) % 2 == 1;
                             sc.kills = vec![(a, Kill::BeforeSend(ka)), (b, Kill::BeforeSend(kb))];
-                            let (_, happened) = run_counting(sc);
+                            let happened = run(sc);
                             cases += 1;
+                            if happened.len() < 2 {
+                                return cases; // the caller asked to stop
+                            }
                             if !happened[1] {
                                 break;
                             }
@@ -618,6 +683,16 @@ fn exhaustive_two_failures_at_every_pair_of_send_steps() {
                 }
             }
         }
+    }
+    cases
+}
+
+#[test]
+fn exhaustive_two_failures_at_every_pair_of_send_steps() {
+    let started = WallClock::now();
+    let mut cases = 0;
+    for path in PATHS {
+        cases += two_failure_schedules(path, false, |sc| run_counting(sc).1);
     }
     eprintln!(
         "exhaustive double failures: {cases} runs in {:.2?}",
@@ -632,6 +707,9 @@ fn random_scenario(seed: u64) -> Scenario {
     let bits = rng.between(1, 8);
     let n = (rng.between(1u64 << (bits - 1), (1u64 << bits) - 1) as u32).clamp(2, 256);
     let mut sc = Scenario::quiet(n, seed);
+    if rng.percent(20) {
+        sc.sweep_limit = 0;
+    }
     sc.epochs = rng.between(2, 3) as u32;
     sc.max_delay = rng.between(1, 50);
     let lo = rng.between(1, 200);
@@ -776,12 +854,12 @@ fn larger_group_with_failures_during_the_agreement() {
 fn frames_of_other_epochs_are_refused_or_buffered() {
     let n = 4;
     let mut a = Agreement::new(Config::new(n, 1, 9));
-    let mut b = Agreement::new(Config::new(n, 0, 9));
+    let mut b = Agreement::new(Config::new(n, 2, 9));
     let mut buf = vec![0; frame_capacity(n)];
-    // Rank 1 starts epoch 1: its promise goes to rank 0 (the root), which has not started.
+    // Rank 1 starts epoch 1: its first sweep frame goes to rank 2, which has not started.
     a.start(Instant::ZERO, &RankSet::new(n)).unwrap();
     let tx = a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
-    assert_eq!(tx.to, 0);
+    assert_eq!(tx.to, 2);
     let frame = buf[..tx.len].to_vec();
     assert_eq!(
         b.handle_message(Instant::ZERO, 1, &frame),
@@ -829,4 +907,107 @@ fn false_suspicion_keeps_validity_and_never_panics() {
         }
         let _ = Sim::new(sc).run();
     }
+}
+
+/// The mutation: without the fallback rule (promises no longer report a finished sweep
+/// 1), the exhaustive two-failure search finds a schedule where a rank that decided on
+/// the fast path and then died returned another `G` than the survivors.
+#[test]
+fn without_the_fallback_rule_agreement_breaks() {
+    let mut found: Option<(Scenario, String)> = None;
+    let previous_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let cases = two_failure_schedules(DEFAULT_SWEEP_LIMIT, true, |sc| {
+        if found.is_some() {
+            return Vec::new();
+        }
+        let kept = sc.clone();
+        match std::panic::catch_unwind(|| run_counting(sc).1) {
+            Ok(happened) => happened,
+            Err(payload) => {
+                let text = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_default();
+                found = Some((kept, text));
+                Vec::new()
+            }
+        }
+    });
+    std::panic::set_hook(previous_hook);
+    let (sc, text) = found.expect("the mutation survived every two-failure schedule");
+    eprintln!("mutation caught after {cases} schedules: {text}");
+    assert!(
+        text.starts_with("agreement:") || text.starts_with("knowledge:"),
+        "unexpected violation under the mutation: {text}\n{sc:?}"
+    );
+    // The same schedule keeps agreement with the rule in place.
+    let mut fixed = sc;
+    fixed.mutation = false;
+    run_counting(fixed);
+}
+
+/// A sweep frame of epoch `epoch` from `sender`: `round`, and in sweep 1 a union.
+fn sweep_frame(epoch: u32, sender: Rank, round: u64, union: Option<&RankSet>) -> Vec<u8> {
+    let kind = match union {
+        Some(_) => FrameKind::AgreeSweep,
+        None => FrameKind::AgreeSweepDone,
+    };
+    let mut w = Header {
+        kind,
+        comm: 9,
+        epoch,
+        sender,
+    }
+    .start();
+    w.put_varint(round);
+    if let Some(u) = union {
+        w.put_rankset(u);
+    }
+    w.finish()
+}
+
+#[test]
+fn bad_sweep_frames_get_typed_errors() {
+    let n = 8;
+    let mut me = Agreement::new(Config::new(n, 5, 9));
+    me.start(Instant::ZERO, &RankSet::new(n)).unwrap();
+    let empty = RankSet::new(n);
+    let at = Instant::ZERO;
+    // Three rounds per sweep over 8 participants; rank 5 hears 4, 3 and 1 in rounds 0..3.
+    for (round, sender) in [(0, 4), (1, 3), (2, 1)] {
+        assert_eq!(
+            me.handle_message(at, sender, &sweep_frame(1, sender, round, Some(&empty))),
+            Ok(())
+        );
+    }
+    assert_eq!(
+        me.handle_message(at, 4, &sweep_frame(1, 4, 3, Some(&empty))),
+        Err(FrameError::BadSweepRound {
+            round: 3,
+            rounds: 3
+        })
+    );
+    assert_eq!(
+        me.handle_message(at, 4, &sweep_frame(1, 4, 1 << 40, None)),
+        Err(FrameError::Malformed("value exceeds 32 bits")),
+        "a round beyond u32 is refused by the decoder"
+    );
+    assert_eq!(
+        me.handle_message(at, 2, &sweep_frame(1, 2, 0, None)),
+        Err(FrameError::NotSweepPeer {
+            round: 0,
+            sender: 2
+        })
+    );
+    assert_eq!(
+        me.handle_message(at, 4, &sweep_frame(3, 4, 0, None)),
+        Err(FrameError::FutureEpoch { current: 1, got: 3 })
+    );
+    // A rank outside the participants is one the agreement already holds dead.
+    me.on_rank_failed(at, 6).unwrap();
+    assert_eq!(
+        me.handle_message(at, 6, &sweep_frame(1, 6, 0, None)),
+        Err(FrameError::FromFailedRank(6))
+    );
 }

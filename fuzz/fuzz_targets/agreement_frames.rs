@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use ft_core::agreement::{Agreement, Config, Event};
-use ft_core::wire::{frame_capacity, Context, FrameKind, Header};
+use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header};
 use ft_core::{Instant, Protocol, RankSet};
 use libfuzzer_sys::fuzz_target;
 
@@ -25,7 +25,8 @@ enum Field {
 enum Op {
     Frame {
         from: u8,
-        /// Agreement kinds are 16..=20; other codes exercise the kind checks.
+        /// Agreement kinds are 16..=22 (22, 21: the fast-path sweeps); 23 maps to a
+        /// detector kind, to exercise the kind checks.
         kind: u8,
         epoch: u8,
         fields: Vec<Field>,
@@ -108,7 +109,7 @@ fuzz_target!(|input: Input| {
             assert!(tx.to < n && tx.to != me, "frame to {} from {me}", tx.to);
             let (header, _) =
                 Header::decode(&buf[..tx.len], Context { comm, n }, me).expect("own frames decode");
-            assert_eq!(header.kind.family(), "agree");
+            assert_eq!(header.kind.family(), Family::Agree);
         }
         while let Some(event) = machine.poll_event() {
             assert!(!excluded, "event after self-exclusion");

@@ -13,7 +13,7 @@ use std::num::NonZeroU32;
 
 use arbitrary::Arbitrary;
 use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec, Strategy, Topology};
-use ft_core::wire::{frame_capacity, Context, FrameKind, Header, HEADER_LEN, VERSION};
+use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header, HEADER_LEN, VERSION};
 use ft_core::{Duration, Instant, Protocol, Rank};
 use libfuzzer_sys::fuzz_target;
 
@@ -154,7 +154,7 @@ fn drain(machines: &mut [Broadcaster], n: u32, buf: &mut [u8], flights: &mut Vec
             let bytes = buf[..t.len].to_vec();
             let (h, _) =
                 Header::decode(&bytes, Context { comm: COMM, n }, me).expect("own frames decode");
-            assert_eq!(h.kind.family(), "bcast");
+            assert_eq!(h.kind.family(), Family::Bcast);
             if flights.len() < 4096 {
                 flights.push(Flight {
                     to: t.to,

@@ -13,7 +13,7 @@
 use arbitrary::Arbitrary;
 use ft_core::detector::{Detector, DetectorConfig};
 use ft_core::node::Node;
-use ft_core::wire::{frame_capacity, Context, FrameKind, Header, HEADER_LEN, VERSION};
+use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header, HEADER_LEN, VERSION};
 use ft_core::{Duration, Instant, Protocol, RankSet};
 use libfuzzer_sys::fuzz_target;
 
@@ -85,7 +85,7 @@ fn drain<P: Protocol>(p: &mut P, now: Instant, n: u32, me: u32, buf: &mut [u8], 
         assert!(t.to < n && t.to != me, "frame to {} from {me}", t.to);
         let (header, _) = Header::decode(&buf[..t.len], ctx, me).expect("own frames decode");
         if bare {
-            assert_eq!(header.kind.family(), "detector");
+            assert_eq!(header.kind.family(), Family::Detector);
         }
     }
     while p.poll_event().is_some() {}
@@ -179,7 +179,7 @@ fuzz_target!(|input: Input| {
             let detector_family = bytes
                 .get(1)
                 .and_then(|&code| FrameKind::from_code(code).ok())
-                .is_some_and(|k| k.family() == "detector");
+                .is_some_and(|k| k.family() == Family::Detector);
             if detector_family && !node.is_stopped() && !detector.is_stopped() {
                 assert_eq!(a.is_ok(), b.is_ok(), "{a:?} vs {b:?}");
             }

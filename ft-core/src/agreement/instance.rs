@@ -1,0 +1,537 @@
+//! The agreement state of one epoch at one rank: ballots, the running round, the
+//! decision and its broadcast.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+
+use super::msg::{Msg, Report};
+use super::round::{Phase, Round, Tree};
+use super::sweep::{self, Progress, Sweeps};
+use super::{Ballot, Config};
+use crate::error::FrameError;
+use crate::rank::Rank;
+use crate::rankset::RankSet;
+use crate::shrink::Survivors;
+
+/// The agreement state of one epoch at one rank.
+#[derive(Clone, Debug)]
+pub(super) struct Instance {
+    pub(super) epoch: u32,
+    /// `G` of the previous epoch: round 0's excluded set, and a floor of every decision
+    /// (correct peers never propose less; forged frames cannot make `G` shrink).
+    pub(super) base: RankSet,
+    pub(super) contribution: RankSet,
+    /// The epoch's participants `C \ base`, numbered in rank order.
+    pub(super) participants: Survivors,
+    /// Rounds per fast-path sweep (0 when the epoch runs the tree path: too many
+    /// participants, see [`Config::sweep_limit`]).
+    pub(super) sweep_rounds: u32,
+    /// The fast path, while this rank still takes part in it: dropped for good when the
+    /// rank learns a death, promises a ballot ≥ 1, or decides.
+    pub(super) fast: Option<Box<Sweeps>>,
+    pub(super) promised: Ballot,
+    pub(super) accepted: Option<(Ballot, RankSet)>,
+    pub(super) round: Option<Box<Round>>,
+    /// The latest ballot this rank started as coordinator.
+    pub(super) leading: Option<Ballot>,
+    pub(super) lead_failed: bool,
+    pub(super) max_round: u32,
+    pub(super) decided: Option<RankSet>,
+    /// The last decision broadcast seen or sent.
+    pub(super) wave: Option<Wave>,
+    /// `|dead|` when `wave` was last checked for cuts (the check is skipped until a new
+    /// failure arrives or a new wave replaces it).
+    pub(super) wave_checked: Option<usize>,
+}
+
+/// How the decision this rank knows of reached the participants.
+#[derive(Clone, Debug)]
+pub(super) enum Wave {
+    /// A decision broadcast over the tree of the ranks outside this excluded set.
+    Tree(RankSet),
+    /// The fast path: every participant decides when it finishes sweep 2, so any
+    /// participant death may leave some of them waiting.
+    Sweeps,
+}
+
+/// What an instance needs from the machine around it.
+pub(super) struct Io<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) dead: &'a RankSet,
+    pub(super) out: &'a mut VecDeque<(Rank, Vec<u8>)>,
+    pub(super) sent: &'a mut u64,
+    /// The lowest rank not in `dead`: the coordinator in this rank's view.
+    pub(super) lowest_live: Rank,
+}
+
+impl Io<'_> {
+    pub(super) fn send(&mut self, to: Rank, epoch: u32, msg: &Msg) {
+        *self.sent += 1;
+        self.out
+            .push_back((to, msg.encode(self.cfg.comm, epoch, self.cfg.me)));
+    }
+    pub(super) fn coordinator(&self) -> Option<Rank> {
+        (self.lowest_live < self.cfg.n).then_some(self.lowest_live)
+    }
+}
+
+impl Instance {
+    pub(super) fn new(io: &mut Io<'_>, epoch: u32, base: RankSet, contribution: RankSet) -> Self {
+        let (n, me) = (io.cfg.n, io.cfg.me);
+        let participants = Survivors::new(&base);
+        let m = participants.len();
+        let c0 = participants.old_rank(0).unwrap_or(me);
+        let ballot = Ballot {
+            round: 0,
+            coord: c0,
+        };
+        let sweeping = m <= io.cfg.sweep_limit;
+        let (leading, round) = if sweeping {
+            (None, None)
+        } else {
+            let round = Round::new(n, me, ballot, Tree::new(&base), base.clone());
+            ((c0 == me).then_some(ballot), Some(Box::new(round)))
+        };
+        // A participant already known dead cannot sweep: go straight to the rounds.
+        let participant_dead = io.dead.difference(&base).next().is_some();
+        let fast = match participants.new_rank(me) {
+            Some(i) if sweeping && !participant_dead => {
+                Some(Box::new(Sweeps::new(i, m, contribution.clone())))
+            }
+            _ => None,
+        };
+        let mut inst = Instance {
+            epoch,
+            base,
+            contribution,
+            participants,
+            sweep_rounds: if sweeping { sweep::rounds_for(m) } else { 0 },
+            fast,
+            promised: ballot,
+            accepted: None,
+            round,
+            leading,
+            lead_failed: false,
+            max_round: 0,
+            decided: None,
+            wave: None,
+            wave_checked: None,
+        };
+        inst.maybe_finish_gather(io);
+        inst.advance_sweeps(io);
+        inst
+    }
+
+    /// Moves the fast path forward: sends what is due, accepts `U` at ballot 0 when
+    /// sweep 1 finishes, decides when sweep 2 does.
+    fn advance_sweeps(&mut self, io: &mut Io<'_>) {
+        loop {
+            let Some(fast) = self.fast.as_mut() else {
+                return;
+            };
+            match fast.advance(io, &self.participants, self.epoch) {
+                Progress::Waiting => return,
+                Progress::FirstDone => {
+                    let mut value = fast.union().clone();
+                    value.union_with(&self.base);
+                    // Still promised ballot 0: a promise of a higher one drops `fast`.
+                    self.accepted = Some((self.promised, value));
+                }
+                Progress::SecondDone => {
+                    self.fast = None;
+                    let Some((_, value)) = self.accepted.take() else {
+                        return; // unreachable: sweep 1 finished first
+                    };
+                    if self.decided.is_none() {
+                        self.wave = Some(Wave::Sweeps);
+                        self.wave_checked = None;
+                        self.decided = Some(value);
+                    }
+                    self.compact();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The value this rank holds for the epoch: decided, or else the accepted one.
+    pub(super) fn holds(&self) -> Option<&RankSet> {
+        self.decided
+            .as_ref()
+            .or(self.accepted.as_ref().map(|(_, v)| v))
+    }
+
+    pub(super) fn handle(
+        &mut self,
+        io: &mut Io<'_>,
+        from: Rank,
+        msg: Msg,
+    ) -> Result<(), FrameError> {
+        let me = io.cfg.me;
+        match msg {
+            Msg::Prepare { ballot, excluded } => {
+                if ballot.round == 0 {
+                    return Err(FrameError::Malformed("prepare of round 0"));
+                }
+                let tree = Tree::new(&excluded);
+                if tree.root() != Some(ballot.coord) {
+                    return Err(FrameError::Malformed("coordinator is not the tree root"));
+                }
+                if !tree.is_ancestor(from, me) {
+                    return Err(FrameError::Malformed("prepare not from a tree ancestor"));
+                }
+                self.max_round = self.max_round.max(ballot.round);
+                if ballot < self.promised {
+                    let report = Report::rejection(io.cfg.n, self.promised);
+                    io.send(from, self.epoch, &Msg::Promise { ballot, report });
+                    return Ok(());
+                }
+                if ballot == self.promised {
+                    return Ok(()); // duplicate
+                }
+                self.promised = ballot;
+                self.begin_round(io, ballot, tree, excluded);
+            }
+            Msg::Promise { ballot, report } => {
+                self.max_round = self.max_round.max(report.reject.map_or(0, |b| b.round));
+                let Some(round) = self.round.as_mut() else {
+                    return Ok(());
+                };
+                if round.ballot != ballot || round.phase != Phase::Promising {
+                    return Ok(()); // an abandoned round
+                }
+                if round.hear(me, from)? {
+                    round.report.merge(report);
+                }
+                self.maybe_finish_gather(io);
+            }
+            Msg::Accept { ballot, value } => {
+                if ballot < self.promised {
+                    let msg = Msg::Accepted {
+                        ballot,
+                        reject: Some(self.promised),
+                    };
+                    io.send(from, self.epoch, &msg);
+                    return Ok(());
+                }
+                let Some(round) = self.round.as_mut() else {
+                    if ballot == self.promised {
+                        return Ok(()); // a round this rank already finished
+                    }
+                    return Err(FrameError::Malformed("accept without a promise"));
+                };
+                if round.ballot != ballot || !round.tree.is_ancestor(from, me) {
+                    return Err(FrameError::Malformed("accept outside the promised round"));
+                }
+                if round.phase != Phase::Promised {
+                    return Ok(()); // duplicate
+                }
+                self.accept_and_forward(io, ballot, value);
+            }
+            Msg::Accepted { ballot, reject } => {
+                self.max_round = self.max_round.max(reject.map_or(0, |b| b.round));
+                let Some(round) = self.round.as_mut() else {
+                    return Ok(());
+                };
+                if round.ballot != ballot || round.phase != Phase::Accepting {
+                    return Ok(());
+                }
+                if round.hear(me, from)? {
+                    round.reject = round.reject.max(reject);
+                }
+                self.maybe_finish_gather(io);
+            }
+            Msg::Sweep { round, union } => {
+                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
+                if let Some(fast) = self.fast.as_mut() {
+                    fast.hear_first(round, &union);
+                    self.advance_sweeps(io);
+                }
+            }
+            Msg::SweepDone { round } => {
+                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
+                if let Some(fast) = self.fast.as_mut() {
+                    fast.hear_second(round);
+                    self.advance_sweeps(io);
+                }
+            }
+            Msg::Decide {
+                excluded,
+                mut value,
+            } => {
+                value.union_with(&self.base);
+                let tree = Tree::new(&excluded);
+                if tree.parent(me) != Some(from) {
+                    return Err(FrameError::Malformed("decision not from the tree parent"));
+                }
+                for c in tree.children(me) {
+                    let msg = Msg::Decide {
+                        excluded: excluded.clone(),
+                        value: value.clone(),
+                    };
+                    io.send(c, self.epoch, &msg);
+                }
+                self.wave = Some(Wave::Tree(excluded));
+                self.wave_checked = None;
+                self.fast = None;
+                if self.decided.is_none() {
+                    self.decided = Some(value);
+                    self.compact();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes the current gather once every child has answered.
+    pub(super) fn maybe_finish_gather(&mut self, io: &mut Io<'_>) {
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        if matches!(round.phase, Phase::Promised | Phase::Accepted) || !round.gathered(io.dead) {
+            return;
+        }
+        let ballot = round.ballot;
+        match round.phase {
+            Phase::Promising => {
+                round.phase = Phase::Promised;
+                let mut own = Report {
+                    contrib: self.contribution.clone(),
+                    // The fast-path rule: a finished sweep 1 is an acceptance at ballot 0.
+                    // The mutation switch hides it, to show the rule is needed.
+                    accepted: self
+                        .accepted
+                        .clone()
+                        .filter(|(b, _)| b.round > 0 || !io.cfg.drop_fast_rule),
+                    decided: self.decided.clone(),
+                    reject: None,
+                };
+                own.contrib.union_with(io.dead);
+                round.report.merge(own);
+                if round.is_root {
+                    self.propose(io);
+                } else {
+                    round.answer(io, self.epoch);
+                }
+            }
+            Phase::Accepting => {
+                round.phase = Phase::Accepted;
+                if !round.is_root {
+                    round.answer(io, self.epoch);
+                    return;
+                }
+                let rejected = round.reject.is_some() || self.promised != ballot;
+                match (&self.accepted, rejected, &self.decided) {
+                    (_, _, Some(_)) => {}
+                    (_, true, None) => self.lead_failed = true,
+                    (Some((b, v)), false, None) if *b == ballot => {
+                        let v = v.clone();
+                        self.decide_and_broadcast(io, v);
+                    }
+                    _ => self.lead_failed = true,
+                }
+            }
+            Phase::Promised | Phase::Accepted => {}
+        }
+    }
+
+    /// The coordinator's step once its promise reduce is complete.
+    pub(super) fn propose(&mut self, io: &mut Io<'_>) {
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        if self.decided.is_some() {
+            return;
+        }
+        let ballot = round.ballot;
+        if round.report.reject.is_some() || self.promised != ballot {
+            self.max_round = self
+                .max_round
+                .max(round.report.reject.map_or(0, |b| b.round));
+            self.lead_failed = true;
+            return;
+        }
+        if let Some(v) = round.report.decided.clone() {
+            self.decide_and_broadcast(io, v);
+            return;
+        }
+        let value = match &round.report.accepted {
+            Some((_, v)) => v.clone(),
+            None => {
+                let mut v = round.report.contrib.clone();
+                v.union_with(io.dead);
+                v.union_with(&round.excluded);
+                v
+            }
+        };
+        self.accept_and_forward(io, ballot, value);
+    }
+
+    /// Accepts `value` in the current round (ballot `ballot`), passes the accept on to
+    /// this rank's children and starts gathering their acknowledgements.
+    pub(super) fn accept_and_forward(&mut self, io: &mut Io<'_>, ballot: Ballot, value: RankSet) {
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        round.phase = Phase::Accepting;
+        round.reset_gather();
+        self.accepted = Some((ballot, value));
+        self.pass_down(io, io.cfg.me);
+        self.maybe_finish_gather(io);
+    }
+
+    /// Decides `value` (with the previous `G`) and broadcasts the decision over the ranks
+    /// this rank believes alive.
+    pub(super) fn decide_and_broadcast(&mut self, io: &mut Io<'_>, mut value: RankSet) {
+        value.union_with(&self.base);
+        let excluded = io.dead.clone();
+        let tree = Tree::new(&excluded);
+        for c in tree.children(io.cfg.me) {
+            let msg = Msg::Decide {
+                excluded: excluded.clone(),
+                value: value.clone(),
+            };
+            io.send(c, self.epoch, &msg);
+        }
+        self.wave = Some(Wave::Tree(excluded));
+        self.wave_checked = None;
+        self.fast = None;
+        self.decided = Some(value);
+        self.compact();
+    }
+
+    /// Frees what a decided rank no longer needs: its finished round (a round still
+    /// waiting for an accept or for children stays, its coordinator counts on it), its
+    /// contribution and accepted value (its promises now carry the decision instead).
+    pub(super) fn compact(&mut self) {
+        let finished = self
+            .round
+            .as_ref()
+            .is_some_and(|r| r.is_root || r.phase == Phase::Accepted);
+        if finished {
+            self.round = None;
+        }
+        self.leading = None;
+        self.accepted = None;
+        self.contribution.clear();
+    }
+
+    /// The coordinator's duties: (re)start rounds until decided, then repair decision
+    /// broadcasts cut by failures.
+    pub(super) fn drive(&mut self, io: &mut Io<'_>) {
+        if io.coordinator() != Some(io.cfg.me) {
+            return;
+        }
+        if let Some(value) = &self.decided {
+            if self.wave_checked == Some(io.dead.len()) {
+                return;
+            }
+            self.wave_checked = Some(io.dead.len());
+            let cut = match &self.wave {
+                None => true,
+                Some(Wave::Tree(w)) => {
+                    let tree = Tree::new(w);
+                    io.dead.difference(w).any(|r| tree.is_inner(r))
+                }
+                Some(Wave::Sweeps) => io.dead.difference(&self.base).next().is_some(),
+            };
+            if cut {
+                let value = value.clone();
+                self.decide_and_broadcast(io, value);
+            }
+            return;
+        }
+        // A death inside the round is repaired in place (see [`Round`]); only a round
+        // of somebody else (this rank just became coordinator) or a rejected one needs
+        // a new ballot.
+        if self.leading.is_some() && !self.lead_failed {
+            return;
+        }
+        // The fast path runs and no participant is known dead here: nothing to repair.
+        if self.fast.is_some() {
+            return;
+        }
+        let ballot = Ballot {
+            round: self.max_round.max(self.promised.round).saturating_add(1),
+            coord: io.cfg.me,
+        };
+        self.max_round = ballot.round;
+        self.promised = ballot;
+        self.lead_failed = false;
+        let excluded = io.dead.clone();
+        self.leading = Some(ballot);
+        self.begin_round(io, ballot, Tree::new(&excluded), excluded);
+    }
+
+    /// Takes part in ballot `ballot` (round ≥ 1) over the tree of the ranks outside
+    /// `excluded`: passes the prepare on below and starts gathering promises.
+    pub(super) fn begin_round(
+        &mut self,
+        io: &mut Io<'_>,
+        ballot: Ballot,
+        tree: Tree,
+        excluded: RankSet,
+    ) {
+        // Promising a ballot ≥ 1 leaves the fast path for good: no sweep frame follows.
+        self.fast = None;
+        let round = Round::new(io.cfg.n, io.cfg.me, ballot, tree, excluded);
+        self.round = Some(Box::new(round));
+        self.pass_down(io, io.cfg.me);
+        self.maybe_finish_gather(io);
+    }
+
+    /// The running round's broadcast of its current phase, as this rank passes it on:
+    /// the prepare (rounds ≥ 1) while promises gather, the accepted value after.
+    pub(super) fn down_message(&self) -> Option<Msg> {
+        let round = self.round.as_ref()?;
+        match round.phase {
+            Phase::Promising | Phase::Promised if round.ballot.round > 0 => Some(Msg::Prepare {
+                ballot: round.ballot,
+                excluded: round.excluded.clone(),
+            }),
+            Phase::Accepting | Phase::Accepted => self
+                .accepted
+                .as_ref()
+                .filter(|(b, _)| *b == round.ballot)
+                .map(|(b, v)| Msg::Accept {
+                    ballot: *b,
+                    value: v.clone(),
+                }),
+            _ => None,
+        }
+    }
+
+    /// Sends [`Instance::down_message`] to the live ranks below `under`.
+    pub(super) fn pass_down(&self, io: &mut Io<'_>, under: Rank) {
+        if let (Some(round), Some(msg)) = (self.round.as_ref(), self.down_message()) {
+            round.send_below(io, self.epoch, under, &msg);
+        }
+    }
+
+    /// Repairs this rank's part of the running round around the newly dead `dead`: the
+    /// round's broadcast goes on to the live ranks `dead` left without a parent (when
+    /// this rank is their nearest live ancestor), this rank's answer goes again to its
+    /// new nearest live ancestor (when `dead` held it), and the gather may now be
+    /// complete. Repeats are harmless: receivers ignore a broadcast or an answer they
+    /// already have.
+    pub(super) fn on_death(&mut self, io: &mut Io<'_>, dead: Rank) {
+        let me = io.cfg.me;
+        // A dead participant cannot sweep: the fast path is over here (the coordinator
+        // starts a ballot when it learns of the death).
+        self.fast = None;
+        let Some(round) = self.round.as_ref() else {
+            return;
+        };
+        if round.tree.is_ancestor(me, dead) && round.up(dead, io.dead) == Some(me) {
+            self.pass_down(io, dead);
+        }
+        let Some(round) = self.round.as_mut() else {
+            return;
+        };
+        if round.sent_to.is_some_and(|to| io.dead.contains(to)) {
+            round.answer(io, self.epoch);
+        }
+        self.maybe_finish_gather(io);
+    }
+}
