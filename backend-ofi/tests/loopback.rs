@@ -628,7 +628,7 @@ fn a_4_mib_broadcast_through_library_built_transports() {
                 n: N,
                 me,
                 period: ft_core::Duration::from_millis(50),
-                timeout: ft_core::Duration::from_secs(5),
+                timeout: ft_core::Duration::from_millis(5000),
                 phase: ft_core::Duration::ZERO,
                 span: DEFAULT_SPAN,
             };

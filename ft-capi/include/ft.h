@@ -254,11 +254,11 @@ int ft_num_state(const struct ft_handle *h, int scope, uint32_t mask, uint32_t *
 //
 // # Safety
 // `h` is null or an open handle; `info`, `modifier` are null or valid for writes.
-int ft_rank_info(const struct ft_handle *h,
-                 int scope,
-                 uint32_t rank,
-                 struct ft_rank_info *info,
-                 uint32_t *modifier);
+int ft_get_rank_info(const struct ft_handle *h,
+                     int scope,
+                     uint32_t rank,
+                     struct ft_rank_info *info,
+                     uint32_t *modifier);
 
 // The number of global validations finished at this rank. Thread-safe; does not
 // block.

@@ -582,7 +582,7 @@ pub unsafe extern "C" fn ft_num_state(
 /// # Safety
 /// `h` is null or an open handle; `info`, `modifier` are null or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn ft_rank_info(
+pub unsafe extern "C" fn ft_get_rank_info(
     h: *const ft_handle,
     scope: c_int,
     rank: u32,

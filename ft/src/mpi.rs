@@ -14,7 +14,7 @@ pub use backend_mpi::{MpiError, MpiTransport};
 use ft_runtime::{Driver, Runtime, RuntimeError};
 use mpi::environment::Threading;
 use mpi::ffi;
-use mpi::raw::{AsRaw, FromRaw};
+use mpi::raw::FromRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::Settings;
