@@ -51,7 +51,7 @@ fn main() {
 
     // The application deals with rank 5: it becomes NULL.
     let node = sim.machine_mut(0);
-    node.view_mut().recognize(5).expect("5 is failed");
+    node.recognize(5).expect("5 is failed");
     assert_eq!(node.view().num_state(Scope::Global, StateMask::NULL), 1);
     assert_eq!(node.view().num_state(Scope::Global, StateMask::OK), 30);
 

@@ -10,8 +10,8 @@
 //!   for the benchmark;
 //! - the backend loop itself is `ft_runtime::Driver` over an [`MpiTransport`] (and
 //!   `ft_runtime::Runtime` puts it on a progress thread);
-//! - [`job`]: [`MpiLaunch`], this backend's face for `ft-jobs` (the rank programs all
-//!   real backends share);
+//! - `job` (feature `cli`, on by default): `MpiLaunch`, this backend's face for
+//!   `ft-jobs` (the rank programs all real backends share);
 //! - the `ftmpi` binary runs a global validation or a broadcast across the ranks of an
 //!   `mpiexec` job, optionally killing one rank for real (`SIGKILL`), and prints one
 //!   JSON line per surviving rank; `ftmpi bench` times `validate_global` against ULFM's
@@ -28,10 +28,12 @@
 //! (open-mpi/ompi#11404; here about one run in three). The application owns MPI's
 //! initialization and finalization; `ftmpi` exits without finalizing once it has seen
 //! a failure.
+#[cfg(feature = "cli")]
 pub mod job;
 pub mod transport;
 #[cfg(feature = "ulfm")]
 pub mod ulfm;
 
+#[cfg(feature = "cli")]
 pub use job::MpiLaunch;
 pub use transport::{MpiError, MpiTransport, TransportStats};

@@ -14,9 +14,9 @@ pub struct OfiLaunch {
 
 impl OfiLaunch {
     /// The rank `config` opens, its frames up to the stack's largest
-    /// ([`wire::frame_capacity`] of the job's size).
+    /// ([`wire::frame_capacity`] of the job's size, whatever `config` said).
     pub fn new(mut config: OfiConfig) -> Self {
-        config.max_frame = wire::frame_capacity(config.size);
+        config.max_frame = config.max_frame.max(wire::frame_capacity(config.size));
         OfiLaunch { config }
     }
 }

@@ -60,15 +60,13 @@ use std::ptr;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use ft_core::Rank;
+use ft_core::{wire, Rank};
 use ft_runtime::{Received, Transport, Wake};
 
 use crate::sys;
 
 /// The provider used unless the configuration names another.
 pub const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
-/// The largest frame received unless the configuration says otherwise.
-pub const DEFAULT_MAX_FRAME: usize = 64 * 1024;
 /// Receive buffers posted unless the configuration says otherwise.
 pub const DEFAULT_RECV_DEPTH: usize = 64;
 
@@ -102,7 +100,9 @@ pub struct OfiConfig {
     pub address: Option<String>,
     /// A directory every rank of the job can read and write, fresh for this job.
     pub rendezvous: PathBuf,
-    /// The longest frame received; longer ones arrive as [`Received::Oversized`].
+    /// The longest frame received; longer ones arrive as [`Received::Oversized`] (and
+    /// are lost). [`OfiConfig::new`] sets it to the stack's largest frame,
+    /// [`wire::frame_capacity`] of `size`: set it lower only for traffic of your own.
     pub max_frame: usize,
     /// Receive buffers kept posted.
     pub recv_depth: usize,
@@ -114,17 +114,19 @@ pub struct OfiConfig {
 }
 
 impl OfiConfig {
-    /// Rank `rank` of `size`, meeting the others in `rendezvous`, with the defaults:
-    /// [`DEFAULT_PROVIDER`], [`DEFAULT_MAX_FRAME`], [`DEFAULT_RECV_DEPTH`], 30 s to
-    /// connect, 10 s before a stalled send is given up.
-    pub fn new(rank: Rank, size: u32, rendezvous: impl Into<PathBuf>) -> Self {
+    /// Rank `rank` of a job of `size` ranks (size first, then rank, as every config of
+    /// the workspace takes them), meeting the others in `rendezvous`, with the
+    /// defaults: [`DEFAULT_PROVIDER`], frames up to the stack's largest
+    /// ([`wire::frame_capacity`] of `size`, so a broadcast's full data chunks fit),
+    /// [`DEFAULT_RECV_DEPTH`], 30 s to connect, 10 s before a stalled send is given up.
+    pub fn new(size: u32, rank: Rank, rendezvous: impl Into<PathBuf>) -> Self {
         OfiConfig {
             rank,
             size,
             provider: DEFAULT_PROVIDER.to_owned(),
             address: None,
             rendezvous: rendezvous.into(),
-            max_frame: DEFAULT_MAX_FRAME,
+            max_frame: wire::frame_capacity(size),
             recv_depth: DEFAULT_RECV_DEPTH,
             connect_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(10),

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use backend_ofi::{OfiConfig, OfiError, OfiTransport, DEFAULT_PROVIDER};
-use ft_core::Rank;
+use ft_core::{wire, Rank};
 use ft_runtime::Received;
 
 /// The provider under test: `OFI_TEST_PROVIDER` (e.g. `sockets`, `shm`, `udp;ofi_rxd`)
@@ -64,7 +64,7 @@ fn group<R: Send>(
             .map(|rank| {
                 let (configure, body, dir) = (&configure, &body, rendezvous.path());
                 s.spawn(move || {
-                    let mut config = OfiConfig::new(rank, n, dir);
+                    let mut config = OfiConfig::new(n, rank, dir);
                     config.provider = provider.to_owned();
                     configure(&mut config);
                     let transport = OfiTransport::open(config)
@@ -224,7 +224,7 @@ fn all_to_all_small_frames_arrive_intact() {
 
 #[test]
 fn all_to_all_many_frames_up_to_max_frame() {
-    let max = backend_ofi::DEFAULT_MAX_FRAME;
+    let max = wire::frame_capacity(4);
     let in_order = all_to_all("many", 4, &provider(), 2000, |seq| {
         12 + (seq as usize * 7919) % (max - 11)
     });
@@ -237,7 +237,7 @@ fn all_to_all_many_frames_up_to_max_frame() {
 #[test]
 fn all_to_all_on_the_sockets_provider() {
     all_to_all("sockets", 4, "sockets", 200, |seq| {
-        12 + (seq as usize * 7919) % (backend_ofi::DEFAULT_MAX_FRAME - 11)
+        12 + (seq as usize * 7919) % (wire::frame_capacity(4) - 11)
     });
 }
 
@@ -475,11 +475,11 @@ fn an_invalid_configuration_is_a_typed_error() {
         open(OfiConfig::new(2, 2, rendezvous.path())),
         Err(OfiError::InvalidConfig { .. })
     ));
-    let mut config = OfiConfig::new(0, 1, rendezvous.path());
+    let mut config = OfiConfig::new(1, 0, rendezvous.path());
     config.provider = provider();
     config.max_frame = 0;
     assert!(matches!(open(config), Err(OfiError::InvalidConfig { .. })));
-    let mut config = OfiConfig::new(0, 1, rendezvous.path());
+    let mut config = OfiConfig::new(1, 0, rendezvous.path());
     config.provider = "no-such-provider".into();
     let err = open(config).expect_err("an unknown provider");
     assert!(
@@ -492,7 +492,7 @@ fn an_invalid_configuration_is_a_typed_error() {
 #[test]
 fn a_rank_that_never_shows_up_times_the_rendezvous_out() {
     let rendezvous = Rendezvous::new("timeout");
-    let mut config = OfiConfig::new(0, 3, rendezvous.path());
+    let mut config = OfiConfig::new(3, 0, rendezvous.path());
     config.provider = provider();
     config.connect_timeout = Duration::from_millis(300);
     let start = Instant::now();
@@ -599,5 +599,85 @@ fn a_waker_ends_an_idle_wait_from_another_thread() {
     match ended[0] {
         Some(after) => assert!(after < TIMEOUT / 2, "woke after {after:?}"),
         None => assert_ne!(provider, DEFAULT_PROVIDER, "tcp;ofi_rxm has a waker"),
+    }
+}
+
+/// The defect: `OfiConfig::new` took frames up to 64 KiB, below the stack's full data
+/// chunks, so a library user's large broadcast stalled (every full chunk arrived as
+/// `Oversized`). A 4 MiB broadcast between transports built with `OfiConfig::new` and
+/// nothing else must now complete, byte for byte.
+#[test]
+fn a_4_mib_broadcast_through_library_built_transports() {
+    use ft_bcast::{BcastEvent, OutputSpec, PlanSpec, RankStack, StackEvent, Topology};
+    use ft_core::detector::{DetectorConfig, DEFAULT_SPAN};
+    use ft_runtime::Driver;
+
+    const N: u32 = 3;
+    const BYTES: usize = 4 << 20;
+    let payload: Vec<u8> = (0..BYTES).map(|i| (i % 253) as u8).collect();
+    let finished = AtomicUsize::new(0);
+    let got = group(
+        "4mib",
+        N,
+        &provider(),
+        |_| {},
+        |transport| {
+            let me = transport.rank();
+            let config = DetectorConfig {
+                comm: 0,
+                n: N,
+                me,
+                period: ft_core::Duration::from_millis(50),
+                timeout: ft_core::Duration::from_millis(5000),
+                phase: ft_core::Duration::ZERO,
+                span: DEFAULT_SPAN,
+            };
+            let stack = RankStack::new(config, ft_core::Instant::ZERO);
+            let mut driver = Driver::new(stack, transport, Instant::now());
+            if me == 0 {
+                let spec = PlanSpec::new(N, 0)
+                    .with_topology(Topology::Chain)
+                    .with_output(OutputSpec::new("A", BYTES as u64, vec![1, 2]));
+                driver
+                    .command(|stack, now| {
+                        stack.start_broadcast(now, 1, spec, vec![payload.clone()])
+                    })
+                    .expect("the transport works")
+                    .expect("the broadcast starts");
+            }
+            let received = if me == 0 {
+                None
+            } else {
+                driver
+                    .run_until("the 4 MiB output", LIMIT, |stack, events| {
+                        let released = events.drain(..).any(|(_, e)| {
+                            matches!(e, StackEvent::Bcast(BcastEvent::Released { .. }))
+                        });
+                        released.then(|| {
+                            stack
+                                .broadcaster()
+                                .and_then(|b| b.output(1, 0))
+                                .map(<[u8]>::to_vec)
+                        })
+                    })
+                    .unwrap_or_else(|e| panic!("rank {me}: {e}"))
+            };
+            // Serve the others until every rank holds what it needs.
+            finished.fetch_add(1, Ordering::SeqCst);
+            driver
+                .run_until("the others", LIMIT, |_, _| {
+                    (finished.load(Ordering::SeqCst) == N as usize).then_some(())
+                })
+                .unwrap_or_else(|e| panic!("rank {me}: {e}"));
+            assert_eq!(driver.stats().oversized, 0, "rank {me}: no frame too long");
+            received
+        },
+    );
+    assert_eq!(got[0], None);
+    for (rank, output) in got.iter().enumerate().skip(1) {
+        assert!(
+            output.as_deref() == Some(&payload[..]),
+            "rank {rank}: the output intact"
+        );
     }
 }

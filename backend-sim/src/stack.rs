@@ -168,8 +168,16 @@ impl SimRank for SimStack {
                     .start_broadcast(now, index, spec, payloads)
                     .map_err(|e| e.to_string())
             }
-            // The stack passes the node's news to the broadcaster at the next poll.
-            validation => <Node as SimRank>::apply(self.stack.node_mut(), now, validation, index),
+            ActionKind::ValidateLocal => self
+                .stack
+                .validate_local(now)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            ActionKind::ValidateGlobal => self
+                .stack
+                .validate_global(now)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
         }
     }
 

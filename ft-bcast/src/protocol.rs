@@ -95,6 +95,7 @@ impl Config {
 
 /// What the broadcaster reports to the application.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BcastEvent {
     /// This rank holds every output it needs in tree `tree` of `task`: read them with
     /// [`Broadcaster::output`]. Reported once per tree the rank is a destination in.
@@ -618,6 +619,15 @@ impl Broadcaster {
         self.tasks.remove(&task);
         self.out
             .retain(|o| !matches!(o, Outgoing::Stream { task: t, .. } if *t == task));
+    }
+
+    /// The payload bytes kept for every task not forgotten yet (outputs held or being
+    /// received, chunks that overtook the prefix included).
+    pub fn held_bytes(&self) -> usize {
+        let buffers = self.tasks.values().flat_map(|t| t.buffers.values());
+        buffers
+            .map(|b| b.data.len() + b.ahead.values().map(Vec::len).sum::<usize>())
+            .sum()
     }
 
     /// Starts broadcasting `task` at the root: `payloads[j]` is output `j`'s bytes (its

@@ -30,9 +30,19 @@
 //! [`Protocol::poll_event`]; then sleep until the next frame or
 //! [`Protocol::poll_timeout`] (the earlier of both layers' deadlines).
 //!
-//! A command given to the node directly through [`RankStack::node_mut`] is picked up by
-//! the next `poll_transmit` (which absorbs the node's events first), so the usual call
-//! order keeps the layers in step.
+//! Every application command goes through the stack ([`RankStack::recognize`],
+//! [`RankStack::revoke`], [`RankStack::release`], ...), never to a layer directly, so
+//! what one layer reports reaches the other within the same call.
+//!
+//! # Releasing broadcasts
+//!
+//! A rank keeps every broadcast it took part in (its payloads, what it served to whom)
+//! until the application calls [`RankStack::release`]: the outputs stay readable with
+//! [`Broadcaster::output`] and late requests from the subtree are still answered.
+//! Release a task once no rank of it will ask this rank for data any more (every
+//! destination released its outputs, e.g. after the application's own completion
+//! step); a rank that releases early leaves later requests of its subtree unanswered
+//! (they re-attach only if this rank dies).
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
@@ -42,7 +52,7 @@ use core::fmt;
 use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
 use ft_core::wire::{Context, Family, Header};
-use ft_core::{Counts, FrameError, Instant, Protocol, Rank, Transmit};
+use ft_core::{Counts, FrameError, Instant, Protocol, Rank, Transmit, ViewError};
 
 use crate::plan::Plan;
 use crate::protocol::{BcastError, BcastEvent, Broadcaster, Config};
@@ -128,12 +138,6 @@ impl RankStack {
     pub fn node(&self) -> &Node {
         &self.node
     }
-    /// The failure layer, for commands such as `view_mut().recognize(..)`. What it
-    /// reports reaches the broadcaster and the stack's events at the next
-    /// `poll_transmit`.
-    pub fn node_mut(&mut self) -> &mut Node {
-        &mut self.node
-    }
     /// The broadcast layer (e.g. [`Broadcaster::output`] to read released outputs);
     /// `None` until this rank first takes part in a broadcast.
     pub fn broadcaster(&self) -> Option<&Broadcaster> {
@@ -188,6 +192,33 @@ impl RankStack {
         let result = self.node.validate_global(now).map_err(StackError::Node);
         self.absorb_node(now);
         result
+    }
+
+    /// [`Node::recognize`]: the application has dealt with failed `rank`.
+    pub fn recognize(&mut self, rank: Rank) -> Result<(), ViewError> {
+        self.node.recognize(rank)
+    }
+
+    /// [`Node::revoke`]: revokes the communicator; the broadcasts in flight here fail
+    /// ([`BcastEvent::Failed`]) within this call.
+    pub fn revoke(&mut self, now: Instant) -> Result<(), StackError> {
+        let result = self.node.revoke(now).map_err(StackError::Node);
+        self.absorb_node(now);
+        result
+    }
+
+    /// Drops everything this rank keeps for broadcast `task` (payloads, served sets):
+    /// see [Releasing broadcasts](self#releasing-broadcasts). Idempotent.
+    pub fn release(&mut self, task: u32) {
+        if let Some(bcast) = self.bcast.as_mut() {
+            bcast.forget(task);
+        }
+    }
+
+    /// The payload bytes this rank holds for the broadcasts it has not released (all
+    /// outputs, complete or not).
+    pub fn held_bytes(&self) -> usize {
+        self.bcast.as_ref().map_or(0, |b| b.held_bytes())
     }
 
     // ----- internals -----
@@ -451,6 +482,48 @@ mod tests {
     }
 
     #[test]
+    fn released_broadcasts_free_their_payloads() {
+        let mut net = four_ranks_broadcasting_at_25ms();
+        net.run_until(ms(60));
+        assert_eq!(net.released(3), vec![0, 1]);
+        let total: usize = payloads().iter().map(Vec::len).sum();
+        assert_eq!(
+            net.ranks[0].held_bytes(),
+            total,
+            "the root keeps its payloads"
+        );
+        assert_eq!(
+            net.ranks[3].held_bytes(),
+            total,
+            "rank 3 needs both outputs"
+        );
+        for r in 0..4 {
+            net.ranks[r].release(1);
+            assert_eq!(net.ranks[r].held_bytes(), 0, "rank {r} after release");
+            net.ranks[r].release(1);
+        }
+        assert_eq!(net.ranks[3].broadcaster().unwrap().output(1, 1), None);
+    }
+
+    #[test]
+    fn recognize_goes_through_the_stack() {
+        let mut net = Net::new(4);
+        net.alive[2] = false;
+        net.run_until(ms(200));
+        let stack = &mut net.ranks[0];
+        assert_eq!(
+            stack.recognize(2),
+            Err(ViewError::NotFailed(2)),
+            "not validated"
+        );
+        stack.validate_local(net.now).unwrap();
+        assert_eq!(stack.recognize(2), Ok(()));
+        let view = stack.node().view();
+        let info = view.rank_info(ft_core::Scope::Local, 2).unwrap().0;
+        assert_eq!(info.state, ft_core::RankState::Null);
+    }
+
+    #[test]
     fn a_broadcast_runs_beside_the_detector() {
         let mut net = four_ranks_broadcasting_at_25ms();
         net.run_until(ms(60));
@@ -468,7 +541,7 @@ mod tests {
         let mut net = four_ranks_broadcasting_at_25ms();
         // Rank 1 is activated at 26 ms and asks for its data; rank 3 revokes at 26 ms.
         net.run_until(ms(26));
-        net.ranks[3].node_mut().revoke(net.now).unwrap();
+        net.ranks[3].revoke(net.now).unwrap();
         net.settle(3);
         net.run_until(ms(60));
         for r in 0..4 {

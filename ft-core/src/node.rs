@@ -38,7 +38,7 @@ use core::fmt;
 
 use crate::agreement::{self, Agreement, AgreementError};
 use crate::detector::{Detector, DetectorConfig, DetectorEvent};
-use crate::error::FrameError;
+use crate::error::{FrameError, ViewError};
 use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::time::Instant;
@@ -156,10 +156,6 @@ impl Node {
     pub fn view(&self) -> &FailureView {
         &self.view
     }
-    /// The failure view, for application commands such as `recognize`.
-    pub fn view_mut(&mut self) -> &mut FailureView {
-        &mut self.view
-    }
     /// The detector.
     pub fn detector(&self) -> &Detector {
         &self.detector
@@ -208,6 +204,14 @@ impl Node {
             // range): the only other refusal is exclusion, after which the node stopped.
             _ => NodeError::Stopped,
         })
+    }
+
+    /// The application has dealt with failed `rank`: it becomes `Null` in every scope
+    /// whose failed set holds it ([`FailureView::recognize`]). The only change the
+    /// application may make to the view directly: everything else it holds comes from
+    /// the detector and the agreement, which keep `G ⊆ L_i ⊆ K_i`.
+    pub fn recognize(&mut self, rank: Rank) -> Result<(), ViewError> {
+        self.view.recognize(rank)
     }
 
     /// Revokes the communicator: every survivor learns it and raises
@@ -489,7 +493,7 @@ mod tests {
             .collect();
         // Rank 4 died; only ranks 0 and 5 know it so far (say, from their detectors).
         for r in [0, 5] {
-            nodes[r].view_mut().on_rank_failed(4).unwrap();
+            nodes[r].view.on_rank_failed(4).unwrap();
             nodes[r].agreement_mut(now).on_rank_failed(now, 4).unwrap();
         }
         for r in [1, 2, 3] {

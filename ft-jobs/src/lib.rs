@@ -45,7 +45,7 @@ use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
 use ft_core::detector::DetectorConfig;
 use ft_core::node::NodeEvent;
 use ft_core::{Duration, Instant, Rank};
-use ft_runtime::{Driver, Runtime, Transport};
+use ft_runtime::{Driver, Runtime, RuntimeError, Transport};
 use serde_json::{json, Map, Value};
 
 /// A backend's transport, as the jobs report it.
@@ -463,7 +463,7 @@ pub fn await_death_threaded(
         let view = runtime.view();
         if dead
             .iter()
-            .all(|&rank| view.local.contains(rank) || view.pending.contains(rank))
+            .all(|&rank| view.local().contains(rank) || view.pending().contains(rank))
         {
             return Ok(());
         }
@@ -548,13 +548,19 @@ pub fn validate_threaded<L: Launch>(launch: &L, args: &JobArgs) -> Result<Finish
     if args.dies_on(me, KillStep::Validate) {
         die();
     }
-    let mut validations = vec![runtime.validate_global().map_err(|e| e.to_string())?];
+    let global = |runtime: &Runtime| {
+        runtime
+            .validate_global()
+            .map(|v| (v.epoch, v.agreed))
+            .map_err(|e| e.to_string())
+    };
+    let mut validations = vec![global(&runtime)?];
     if !args.kill.is_empty() {
         await_death_threaded(&runtime, &args.kill, limit)?;
-        validations.push(runtime.validate_global().map_err(|e| e.to_string())?);
+        validations.push(global(&runtime)?);
     }
-    let local: Vec<Rank> = runtime.view().local.iter().collect();
-    let saw_failure = !local.is_empty() || !runtime.view().pending.is_empty();
+    let local: Vec<Rank> = runtime.view().local().iter().collect();
+    let saw_failure = !local.is_empty() || !runtime.view().pending().is_empty();
     runtime
         .shutdown(StdDuration::from_millis(args.linger_ms))
         .map_err(|e| e.to_string())?;
@@ -718,18 +724,22 @@ pub fn broadcast_threaded<L: Launch>(
             .start_broadcast(TASK, spec, job.payloads())
             .map_err(|e| e.to_string())?;
     }
-    let data = if job.needs.is_empty() {
-        Vec::new()
+    let (data, abandoned) = if job.needs.is_empty() {
+        (Vec::new(), false)
     } else {
-        runtime
-            .wait_outputs(TASK, job.needs.clone())
-            .map_err(|e| e.to_string())?
+        match runtime.wait_outputs(TASK, job.needs.clone(), Some(limit)) {
+            Ok(data) => (data, false),
+            // The root died: no live ancestor is left (as the single-threaded loop's
+            // `abandoned`).
+            Err(RuntimeError::Abandoned { .. }) => (Vec::new(), true),
+            Err(e) => return Err(e.to_string()),
+        }
     };
     let verified =
         data.len() == job.needs.len() && data.iter().all(|(j, bytes)| job.is_intact(*j, bytes));
     await_death_threaded(&runtime, &args.kill, limit)?;
     let counts = runtime.validate_local().map_err(|e| e.to_string())?;
-    let (_, g) = runtime.validate_global().map_err(|e| e.to_string())?;
+    let g = runtime.validate_global().map_err(|e| e.to_string())?.agreed;
     let saw_failure = !g.is_empty() || counts.failed > 0;
     runtime
         .shutdown(StdDuration::from_millis(args.linger_ms))
@@ -739,7 +749,7 @@ pub fn broadcast_threaded<L: Launch>(
         "needs": job.named(job.needs.iter()),
         "received": job.named(data.iter().map(|(j, _)| *j)),
         "verified": verified,
-        "abandoned": false,
+        "abandoned": abandoned,
         "G": g.iter().collect::<Vec<_>>(),
         "validate_local": {"num_failed": counts.failed, "num_new": counts.new},
         "threaded": true,

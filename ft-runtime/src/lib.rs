@@ -7,23 +7,53 @@
 //! - [`Runtime`]: the stack on a progress thread, for applications with threads of
 //!   their own (a task runtime's workers, an MPI program's compute threads). It runs
 //!   any [`Engine`] (a [`Driver`] of a `RankStack` is one) and gives application
-//!   threads blocking commands (`validate_local`, `validate_global`,
-//!   `start_broadcast`, `wait_outputs`) and a published [`ViewSnapshot`] of the
-//!   failure view;
-//! - `shared` (crate-private): the one structure both sides touch, built on the
-//!   `sync` shim so that `RUSTFLAGS="--cfg loom" cargo test -p ft-runtime` model-checks
-//!   it with loom.
+//!   threads blocking commands (`validate_local`, `validate_global`, `recognize`,
+//!   `revoke`, `start_broadcast`, `wait_outputs`, `release`) and a published
+//!   [`ViewSnapshot`] of the failure view that answers the state queries;
+//! - [`mem`]: an in-process network ([`MemNet`]) whose ranks are threads of one
+//!   process, for groups simulated in one process (tests, demos, the `ft` crate's
+//!   `sim` backend);
+//! - `shared` (crate-private) and [`mem`]'s mailboxes: the structures several threads
+//!   touch, built on the `sync` shim so that `RUSTFLAGS="--cfg loom" cargo test -p
+//!   ft-runtime` model-checks them with loom.
 //!
-//! No protocol logic lives here (the stack is `ft_bcast::RankStack`) and no network
-//! either (that is the backends': `backend-mpi`, `backend-ofi`).
+//! No protocol logic lives here (the stack is `ft_bcast::RankStack`) and no real
+//! network either (that is the backends': `backend-mpi`, `backend-ofi`).
 mod shared;
 mod sync;
 
 pub mod driver;
+pub mod mem;
 pub mod runtime;
 pub mod transport;
 
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
-pub use runtime::{Engine, Runtime, RuntimeError, ViewSnapshot};
+pub use mem::{MemError, MemNet, MemTransport};
+pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;
 pub use transport::{Received, Transport, Wake};
+
+/// The loom harness every loom suite of this crate runs its models through.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Explores `f` under loom with at most 3 preemptions per execution (the bound
+    /// loom's authors recommend: bugs almost always show within 2 or 3), and prints
+    /// how many interleavings it ran.
+    pub(crate) fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&runs);
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+            f();
+        });
+        eprintln!(
+            "loom: {name}: {} interleavings",
+            runs.load(Ordering::Relaxed)
+        );
+    }
+}

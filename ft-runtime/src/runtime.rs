@@ -19,21 +19,46 @@
 //! progress thread is not the one that initialized MPI.
 //!
 //! A command's effect on the failure view is published before the command returns
-//! (after `validate_global` returns, [`Runtime::view`] shows its `G`).
+//! (after `validate_global` returns, [`Runtime::view`] shows its `G`). Published
+//! snapshots only move forward: their global epoch never decreases, whichever thread
+//! reads them.
+//!
+//! # Which calls block
+//!
+//! [`Runtime::view`] never blocks on the network (it clones an `Arc` under a short
+//! lock). Every other call queues a command and waits for the progress thread to run
+//! it: local commands ([`Runtime::validate_local`], [`Runtime::recognize`],
+//! [`Runtime::revoke`], [`Runtime::start_broadcast`], [`Runtime::release`]) for one
+//! turn of its loop; [`Runtime::validate_global`] until the survivors agree (it is
+//! collective: every live rank calls it); [`Runtime::wait_outputs`] until the outputs
+//! are held here, the broadcast fails here, or its timeout passes.
+//!
+//! # Broadcasts
+//!
+//! A broadcast is kept (payloads included) until [`Runtime::release`]: see
+//! `ft_bcast::stack` on when a task may be released. A wait for outputs fails with
+//! [`RuntimeError::Abandoned`] when the rank is left without a live ancestor (the root
+//! died), with [`RuntimeError::BroadcastFailed`] when the communicator is revoked, and
+//! with [`RuntimeError::TimedOut`] when its timeout passes first (the progress thread
+//! checks deadlines at every turn of its loop, so a timeout is late by at most one idle
+//! wait: until the next timer, at most 100 ms).
 //!
 //! The thread ends on [`Runtime::shutdown`] (after serving its peers for the given
 //! time), on a backend error, or when the rank learns it was declared dead (fail-stop);
 //! then every waiting command fails with the reason ([`RuntimeError::Stopped`]).
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration as StdDuration;
+use std::time::{Duration as StdDuration, Instant as WallInstant};
 
-use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
-use ft_core::node::NodeEvent;
-use ft_core::{Counts, Instant, RankSet};
+use ft_bcast::{BcastError, BcastEvent, OutputSet, PlanSpec, RankStack, StackError, StackEvent};
+use ft_core::node::{NodeError, NodeEvent};
+use ft_core::shrink::Survivors;
+use ft_core::view::FailureView;
+use ft_core::{Counts, Instant, Modifier, Rank, RankInfo, RankSet, Scope, StateMask, ViewError};
 
 use crate::shared::{Shared, Stopped, Ticket};
 use crate::transport::Wake;
@@ -63,48 +88,127 @@ pub trait Engine {
     fn linger(&mut self, span: StdDuration) -> Result<(), Self::Error>;
 }
 
-/// The failure view as the progress thread last published it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The failure view as the progress thread last published it: a copy of the rank's
+/// [`FailureView`] (so every query of the seed runs on it without the progress
+/// thread), the number of global validations finished and the revoke flag.
+#[derive(Clone, Debug)]
 pub struct ViewSnapshot {
-    /// `L_i`: the ranks this rank validated as failed.
-    pub local: RankSet,
-    /// News not validated yet (`validate_local` folds it into `L_i`).
-    pub pending: RankSet,
-    /// `G`: the agreed failed set of the last global validation.
-    pub global: RankSet,
-    /// The number of global validations finished here.
-    pub epoch: u32,
+    view: FailureView,
+    epoch: u32,
+    revoked_by: Option<Rank>,
 }
 
 impl ViewSnapshot {
-    /// Before the engine exists: nothing known, in a communicator of no ranks.
-    fn unknown() -> Self {
+    fn of(stack: &RankStack, epoch: u32) -> Self {
         ViewSnapshot {
-            local: RankSet::new(0),
-            pending: RankSet::new(0),
-            global: RankSet::new(0),
-            epoch: 0,
+            view: stack.node().view().clone(),
+            epoch,
+            revoked_by: stack.node().revoked_by(),
         }
     }
 
-    fn of(stack: &RankStack, epoch: u32) -> Self {
-        let view = stack.node().view();
-        ViewSnapshot {
-            local: view.local(),
-            pending: view.pending().clone(),
-            global: view.global().clone(),
-            epoch,
-        }
+    /// The whole view (`L_i`, `G`, pending news, queries).
+    pub fn view(&self) -> &FailureView {
+        &self.view
     }
+    /// The communicator's size.
+    pub fn size(&self) -> u32 {
+        self.view.size()
+    }
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.view.rank()
+    }
+    /// `L_i`: the ranks this rank validated as failed.
+    pub fn local(&self) -> RankSet {
+        self.view.local()
+    }
+    /// News not validated yet (`validate_local` folds it into `L_i`).
+    pub fn pending(&self) -> &RankSet {
+        self.view.pending()
+    }
+    /// `G`: the agreed failed set of the last global validation.
+    pub fn global(&self) -> &RankSet {
+        self.view.global()
+    }
+    /// The number of global validations finished here (0 before the first).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+    /// The rank that revoked the communicator, once this rank knows it is revoked.
+    pub fn revoked_by(&self) -> Option<Rank> {
+        self.revoked_by
+    }
+    /// How many ranks of `scope` match `mask` (an OR of states and modifiers).
+    pub fn num_state(&self, scope: Scope, mask: StateMask) -> usize {
+        self.view.num_state(scope, mask)
+    }
+    /// Writes the ranks of `scope` matching `mask` into `out`, in rank order; a buffer
+    /// too small is [`ViewError::BufferTooSmall`] naming the entries needed, and
+    /// `out` is left untouched.
+    pub fn get_state(
+        &self,
+        scope: Scope,
+        mask: StateMask,
+        out: &mut [RankInfo],
+    ) -> Result<usize, ViewError> {
+        self.view.get_state(scope, mask, out)
+    }
+    /// State, modifier and generation of `rank` in `scope`.
+    pub fn rank_info(&self, scope: Scope, rank: Rank) -> Result<(RankInfo, Modifier), ViewError> {
+        self.view.rank_info(scope, rank)
+    }
+    /// The renumbering of a communicator shrunk by `G`: survivors keep their order.
+    pub fn survivors(&self) -> Survivors {
+        Survivors::new(self.view.global())
+    }
+}
+
+/// What a global validation returned at this rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobalValidation {
+    /// Its epoch (1 for the first).
+    pub epoch: u32,
+    /// `|G|` and how many ranks this validation added to it (the seed's
+    /// `num_failed`, `num_new`).
+    pub counts: Counts,
+    /// `G`.
+    pub agreed: RankSet,
 }
 
 /// Why a command failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RuntimeError {
-    /// The stack refused the command (e.g. a global validation already running); the
-    /// text is the stack's error.
-    Refused(String),
+    /// The stack refused the command (this rank was declared dead, a broadcast spec
+    /// that cannot be planned, a task id in use, ...); nothing changed.
+    Stack(StackError),
+    /// A failure-view call was rejected (a rank out of range, a rank not failed, a
+    /// buffer too small); nothing changed.
+    View(ViewError),
+    /// Broadcast `task` cannot complete at this rank: no live ancestor is left (the
+    /// root died).
+    Abandoned {
+        /// The broadcast.
+        task: u32,
+    },
+    /// Broadcast `task` failed at this rank (the communicator was revoked).
+    BroadcastFailed {
+        /// The broadcast.
+        task: u32,
+        /// Why.
+        error: BcastError,
+    },
+    /// The wait's timeout passed before the outputs arrived; the broadcast goes on.
+    TimedOut {
+        /// The broadcast.
+        task: u32,
+    },
+    /// The wait was pending when the application released `task` here.
+    Released {
+        /// The broadcast.
+        task: u32,
+    },
     /// The progress thread has ended (backend error, declared dead, shut down).
     Stopped(String),
 }
@@ -112,13 +216,38 @@ pub enum RuntimeError {
 impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RuntimeError::Refused(why) => write!(f, "command refused: {why}"),
+            RuntimeError::Stack(e) => write!(f, "command refused: {e}"),
+            RuntimeError::View(e) => write!(f, "failure view: {e}"),
+            RuntimeError::Abandoned { task } => {
+                write!(
+                    f,
+                    "broadcast {task} abandoned: no live ancestor (the root died)"
+                )
+            }
+            RuntimeError::BroadcastFailed { task, error } => {
+                write!(f, "broadcast {task} failed: {error}")
+            }
+            RuntimeError::TimedOut { task } => {
+                write!(f, "timed out waiting for outputs of broadcast {task}")
+            }
+            RuntimeError::Released { task } => {
+                write!(f, "broadcast {task} was released while waited for")
+            }
             RuntimeError::Stopped(why) => write!(f, "the progress thread has stopped: {why}"),
         }
     }
 }
 
-impl std::error::Error for RuntimeError {}
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RuntimeError::Stack(e) => Some(e),
+            RuntimeError::View(e) => Some(e),
+            RuntimeError::BroadcastFailed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 impl From<Stopped> for RuntimeError {
     fn from(e: Stopped) -> Self {
@@ -126,9 +255,25 @@ impl From<Stopped> for RuntimeError {
     }
 }
 
+impl From<StackError> for RuntimeError {
+    fn from(e: StackError) -> Self {
+        RuntimeError::Stack(e)
+    }
+}
+
+impl From<ViewError> for RuntimeError {
+    fn from(e: ViewError) -> Self {
+        RuntimeError::View(e)
+    }
+}
+
+type Inspection = Box<dyn FnOnce(&RankStack) -> Box<dyn Any + Send> + Send>;
+
 enum Command {
     ValidateLocal,
     ValidateGlobal,
+    Recognize(Rank),
+    Revoke,
     StartBroadcast {
         task: u32,
         spec: PlanSpec,
@@ -137,7 +282,10 @@ enum Command {
     WaitOutputs {
         task: u32,
         outputs: OutputSet,
+        deadline: Option<WallInstant>,
     },
+    Release(u32),
+    Inspect(Inspection),
     Shutdown {
         linger: StdDuration,
     },
@@ -145,16 +293,18 @@ enum Command {
 
 enum Outcome {
     Local(Counts),
-    Global { epoch: u32, agreed: RankSet },
-    Started,
+    Global(GlobalValidation),
+    Done,
     Outputs(Vec<(u32, Vec<u8>)>),
+    Inspected(Box<dyn Any + Send>),
     ShutDown,
-    Refused(String),
+    Failed(RuntimeError),
 }
 
 type SharedState = Shared<Command, Outcome, ViewSnapshot>;
 
-/// A rank's stack on its own progress thread: see the [module docs](self).
+/// A rank's stack on its own progress thread: see the [module docs](self). `Send` and
+/// `Sync`: share it (by reference or in an `Arc`) between any number of threads.
 pub struct Runtime {
     shared: Arc<SharedState>,
     thread: Option<JoinHandle<()>>,
@@ -170,6 +320,8 @@ impl fmt::Debug for Runtime {
     }
 }
 
+type Ready = (Arc<SharedState>, Option<Arc<dyn Wake>>);
+
 impl Runtime {
     /// Starts the progress thread; `make` builds the engine on it. If `make` fails, the
     /// error is returned here.
@@ -178,28 +330,23 @@ impl Runtime {
         E: Engine,
         F: FnOnce() -> Result<E, String> + Send + 'static,
     {
-        let shared: Arc<SharedState> = Arc::new(Shared::new(ViewSnapshot::unknown()));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("ft-progress".into())
-                .spawn(move || match make() {
-                    Ok(engine) => {
-                        shared.publish(ViewSnapshot::of(engine.stack(), 0));
-                        let _ = ready_tx.send(Ok(engine.waker()));
-                        let why = progress(engine, &shared);
-                        shared.close(why);
-                    }
-                    Err(e) => {
-                        shared.close(e.clone());
-                        let _ = ready_tx.send(Err(e));
-                    }
-                })
-                .map_err(|e| RuntimeError::Stopped(format!("cannot start the thread: {e}")))?
-        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Ready, String>>();
+        let thread = std::thread::Builder::new()
+            .name("ft-progress".into())
+            .spawn(move || match make() {
+                Ok(engine) => {
+                    let shared = Arc::new(Shared::new(ViewSnapshot::of(engine.stack(), 0)));
+                    let _ = ready_tx.send(Ok((Arc::clone(&shared), engine.waker())));
+                    let why = progress(engine, &shared);
+                    shared.close(why);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| RuntimeError::Stopped(format!("cannot start the thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(Ok(waker)) => Ok(Runtime {
+            Ok(Ok((shared, waker))) => Ok(Runtime {
                 shared,
                 thread: Some(thread),
                 waker,
@@ -219,7 +366,7 @@ impl Runtime {
     fn call(&self, command: Command) -> Result<Outcome, RuntimeError> {
         let ticket = self.submit(command)?;
         match self.shared.wait(ticket)? {
-            Outcome::Refused(why) => Err(RuntimeError::Refused(why)),
+            Outcome::Failed(e) => Err(e),
             outcome => Ok(outcome),
         }
     }
@@ -233,8 +380,15 @@ impl Runtime {
         Ok(ticket)
     }
 
+    fn done(&self, command: Command) -> Result<(), RuntimeError> {
+        match self.call(command)? {
+            Outcome::Done => Ok(()),
+            _ => unreachable!("this command completes with Done"),
+        }
+    }
+
     /// `validate_local`: folds the detector's news into `L_i`; `|L_i|` and how many were
-    /// new.
+    /// new (the seed's `num_failed`, `num_new`).
     pub fn validate_local(&self) -> Result<Counts, RuntimeError> {
         match self.call(Command::ValidateLocal)? {
             Outcome::Local(counts) => Ok(counts),
@@ -242,13 +396,26 @@ impl Runtime {
         }
     }
 
-    /// `validate_global`, collective over the survivors: blocks until they agree;
-    /// returns the epoch and the agreed `G`.
-    pub fn validate_global(&self) -> Result<(u32, RankSet), RuntimeError> {
+    /// `validate_global`, collective over the survivors: blocks until they agree. A
+    /// second thread of this rank calling it while one validation runs here joins that
+    /// validation (and gets its result) instead of starting another.
+    pub fn validate_global(&self) -> Result<GlobalValidation, RuntimeError> {
         match self.call(Command::ValidateGlobal)? {
-            Outcome::Global { epoch, agreed } => Ok((epoch, agreed)),
+            Outcome::Global(result) => Ok(result),
             _ => unreachable!("validate_global completes with G"),
         }
+    }
+
+    /// The application has dealt with failed `rank` (in `L_i`): it becomes `NULL`. The
+    /// published view shows it when this returns.
+    pub fn recognize(&self, rank: Rank) -> Result<(), RuntimeError> {
+        self.done(Command::Recognize(rank))
+    }
+
+    /// Revokes the communicator: every survivor learns it, and broadcasts in flight fail
+    /// ([`RuntimeError::BroadcastFailed`]). Validations keep working.
+    pub fn revoke(&self) -> Result<(), RuntimeError> {
+        self.done(Command::Revoke)
     }
 
     /// Starts broadcast `task` at this rank, the root of `spec` (`payloads[j]` is output
@@ -259,27 +426,61 @@ impl Runtime {
         spec: PlanSpec,
         payloads: Vec<Vec<u8>>,
     ) -> Result<(), RuntimeError> {
-        match self.call(Command::StartBroadcast {
+        self.done(Command::StartBroadcast {
             task,
             spec,
             payloads,
-        })? {
-            Outcome::Started => Ok(()),
-            _ => unreachable!("start_broadcast completes with Started"),
-        }
+        })
     }
 
-    /// Blocks until this rank holds `outputs` of broadcast `task`; returns a copy of
-    /// each, by output index.
+    /// Blocks until this rank holds `outputs` of broadcast `task` (a copy of each, by
+    /// output index), the broadcast fails here, or `timeout` (if any) passes.
     pub fn wait_outputs(
         &self,
         task: u32,
         outputs: OutputSet,
+        timeout: Option<StdDuration>,
     ) -> Result<Vec<(u32, Vec<u8>)>, RuntimeError> {
-        match self.call(Command::WaitOutputs { task, outputs })? {
+        let deadline = timeout.map(|t| WallInstant::now() + t);
+        match self.call(Command::WaitOutputs {
+            task,
+            outputs,
+            deadline,
+        })? {
             Outcome::Outputs(data) => Ok(data),
             _ => unreachable!("wait_outputs completes with the outputs"),
         }
+    }
+
+    /// Frees everything this rank keeps for broadcast `task` (its payloads included);
+    /// waits still pending for it fail with [`RuntimeError::Released`].
+    pub fn release(&self, task: u32) -> Result<(), RuntimeError> {
+        self.done(Command::Release(task))
+    }
+
+    /// Runs `f` on the stack, on the progress thread, between two turns of its loop
+    /// (for diagnostics and tests: what the machines themselves hold).
+    pub fn inspect<R, F>(&self, f: F) -> Result<R, RuntimeError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&RankStack) -> R + Send + 'static,
+    {
+        let inspection: Inspection = Box::new(move |stack| Box::new(f(stack)));
+        match self.call(Command::Inspect(inspection))? {
+            Outcome::Inspected(value) => Ok(*value
+                .downcast::<R>()
+                .expect("an inspection returns its own type")),
+            _ => unreachable!("inspect completes with its value"),
+        }
+    }
+
+    /// Ends the progress thread at its next turn, without serving peers any longer
+    /// (as if the process died); does not wait. Calls pending or made later fail with
+    /// [`RuntimeError::Stopped`].
+    pub fn halt(&self) {
+        let _ = self.submit(Command::Shutdown {
+            linger: StdDuration::ZERO,
+        });
     }
 
     /// Keeps serving peers for `linger`, then ends the progress thread and waits for it.
@@ -297,16 +498,21 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
-            if self
-                .submit(Command::Shutdown {
-                    linger: StdDuration::ZERO,
-                })
-                .is_ok()
-            {
-                let _ = thread.join();
-            }
+            // Already ended (halted, failed) or asked to end now: either way it ends.
+            let _ = self.submit(Command::Shutdown {
+                linger: StdDuration::ZERO,
+            });
+            let _ = thread.join();
         }
     }
+}
+
+/// One wait for outputs.
+struct OutputWait {
+    ticket: Ticket,
+    task: u32,
+    outputs: OutputSet,
+    deadline: Option<WallInstant>,
 }
 
 /// Commands waiting for an event.
@@ -315,9 +521,11 @@ struct Waiting {
     /// Global validations, by epoch.
     global: Vec<(Ticket, u32)>,
     /// Outputs, by task.
-    outputs: Vec<(Ticket, u32, OutputSet)>,
-    /// Outputs released so far, by task.
+    outputs: Vec<OutputWait>,
+    /// Outputs released so far, by task (until the application releases the task).
     released: HashMap<u32, OutputSet>,
+    /// Broadcasts that cannot complete here, and why (until released).
+    failed: HashMap<u32, RuntimeError>,
     /// The last global validation epoch finished here.
     epoch: u32,
 }
@@ -332,7 +540,11 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
             match run_command(&mut engine, shared, &mut waiting, ticket, command) {
                 Ok(None) => {}
                 Ok(Some(linger)) => {
-                    let result = engine.linger(linger);
+                    let result = if linger.is_zero() {
+                        Ok(())
+                    } else {
+                        engine.linger(linger)
+                    };
                     shared.complete(ticket, Outcome::ShutDown);
                     return match result {
                         Ok(()) => "shut down".into(),
@@ -349,21 +561,19 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
         let mut view_changed = false;
         while let Some(event) = engine.next_event() {
             match event {
-                StackEvent::Node(NodeEvent::GlobalValidated { epoch: e, .. }) => {
+                StackEvent::Node(NodeEvent::GlobalValidated { epoch: e, counts }) => {
                     // Published before the waiters return, so they see their G in it.
                     waiting.epoch = waiting.epoch.max(e);
                     shared.publish(ViewSnapshot::of(engine.stack(), waiting.epoch));
-                    let agreed = engine.stack().node().view().global().clone();
+                    let result = GlobalValidation {
+                        epoch: e,
+                        counts,
+                        agreed: engine.stack().node().view().global().clone(),
+                    };
                     waiting.global.retain(|&(ticket, wanted)| {
                         let done = wanted <= e;
                         if done {
-                            shared.complete(
-                                ticket,
-                                Outcome::Global {
-                                    epoch: e,
-                                    agreed: agreed.clone(),
-                                },
-                            );
+                            shared.complete(ticket, Outcome::Global(result.clone()));
                         }
                         !done
                     });
@@ -381,11 +591,23 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
                         .entry(task)
                         .or_default()
                         .union_with(&outputs);
-                    serve_outputs(&engine, shared, &mut waiting);
+                }
+                StackEvent::Bcast(BcastEvent::Abandoned { task }) => {
+                    waiting
+                        .failed
+                        .entry(task)
+                        .or_insert(RuntimeError::Abandoned { task });
+                }
+                StackEvent::Bcast(BcastEvent::Failed { task, error }) => {
+                    waiting
+                        .failed
+                        .entry(task)
+                        .or_insert(RuntimeError::BroadcastFailed { task, error });
                 }
                 _ => {}
             }
         }
+        serve_outputs(&engine, shared, &mut waiting);
         if view_changed {
             shared.publish(ViewSnapshot::of(engine.stack(), waiting.epoch));
         }
@@ -397,6 +619,16 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
     }
 }
 
+/// Runs `f` on the stack through the engine; its result.
+fn on_stack<E: Engine, R>(
+    engine: &mut E,
+    mut f: impl FnMut(&mut RankStack, Instant) -> R,
+) -> Result<R, E::Error> {
+    let mut result = None;
+    engine.command(&mut |stack, now| result = Some(f(stack, now)))?;
+    Ok(result.expect("the engine runs every command"))
+}
+
 /// Runs one command; `Some(linger)` asks the loop to shut down.
 fn run_command<E: Engine>(
     engine: &mut E,
@@ -405,70 +637,124 @@ fn run_command<E: Engine>(
     ticket: Ticket,
     command: Command,
 ) -> Result<Option<StdDuration>, E::Error> {
-    match command {
-        Command::ValidateLocal => {
-            let mut result = None;
-            engine.command(&mut |stack, now| result = Some(stack.validate_local(now)))?;
-            let outcome = match result.expect("the command ran") {
-                Ok(counts) => {
-                    shared.publish(ViewSnapshot::of(engine.stack(), waiting.epoch));
-                    Outcome::Local(counts)
-                }
-                Err(e) => Outcome::Refused(e.to_string()),
-            };
-            shared.complete(ticket, outcome);
-        }
+    let publish = |engine: &E, waiting: &Waiting| {
+        shared.publish(ViewSnapshot::of(engine.stack(), waiting.epoch));
+    };
+    let outcome = match command {
+        Command::ValidateLocal => match on_stack(engine, |stack, now| stack.validate_local(now))? {
+            Ok(counts) => {
+                publish(engine, waiting);
+                Outcome::Local(counts)
+            }
+            Err(e) => Outcome::Failed(e.into()),
+        },
         Command::ValidateGlobal => {
-            let mut result = None;
-            engine.command(&mut |stack, now| result = Some(stack.validate_global(now)))?;
-            match result.expect("the command ran") {
-                Ok(epoch) => waiting.global.push((ticket, epoch)),
-                Err(e) => shared.complete(ticket, Outcome::Refused(e.to_string())),
+            match on_stack(engine, |stack, now| stack.validate_global(now))? {
+                Ok(epoch) | Err(StackError::Node(NodeError::ValidationRunning { epoch })) => {
+                    waiting.global.push((ticket, epoch));
+                    return Ok(None);
+                }
+                Err(e) => Outcome::Failed(e.into()),
             }
         }
+        Command::Recognize(rank) => match on_stack(engine, |stack, _| stack.recognize(rank))? {
+            Ok(()) => {
+                publish(engine, waiting);
+                Outcome::Done
+            }
+            Err(e) => Outcome::Failed(e.into()),
+        },
+        Command::Revoke => match on_stack(engine, |stack, now| stack.revoke(now))? {
+            Ok(()) => {
+                publish(engine, waiting);
+                Outcome::Done
+            }
+            Err(e) => Outcome::Failed(e.into()),
+        },
         Command::StartBroadcast {
             task,
             spec,
             payloads,
         } => {
             let mut args = Some((spec, payloads));
-            let mut result = None;
-            engine.command(&mut |stack, now| {
-                if let Some((spec, payloads)) = args.take() {
-                    result = Some(stack.start_broadcast(now, task, spec, payloads));
-                }
+            let result = on_stack(engine, |stack, now| {
+                let (spec, payloads) = args.take().expect("the engine runs a command once");
+                stack.start_broadcast(now, task, spec, payloads)
             })?;
-            let outcome = match result.expect("the command ran") {
-                Ok(()) => Outcome::Started,
-                Err(e) => Outcome::Refused(e.to_string()),
-            };
-            shared.complete(ticket, outcome);
+            match result {
+                Ok(()) => Outcome::Done,
+                Err(e) => Outcome::Failed(e.into()),
+            }
         }
-        Command::WaitOutputs { task, outputs } => {
-            waiting.outputs.push((ticket, task, outputs));
+        Command::WaitOutputs {
+            task,
+            outputs,
+            deadline,
+        } => {
+            waiting.outputs.push(OutputWait {
+                ticket,
+                task,
+                outputs,
+                deadline,
+            });
             serve_outputs(engine, shared, waiting);
+            return Ok(None);
         }
+        Command::Release(task) => {
+            on_stack(engine, |stack, _| stack.release(task))?;
+            waiting.released.remove(&task);
+            waiting.failed.remove(&task);
+            waiting.outputs.retain(|wait| {
+                let released = wait.task == task;
+                if released {
+                    shared.complete(
+                        wait.ticket,
+                        Outcome::Failed(RuntimeError::Released { task }),
+                    );
+                }
+                !released
+            });
+            Outcome::Done
+        }
+        Command::Inspect(f) => Outcome::Inspected(f(engine.stack())),
         Command::Shutdown { linger } => return Ok(Some(linger)),
-    }
+    };
+    shared.complete(ticket, outcome);
     Ok(None)
 }
 
-/// Completes every output wait whose outputs are all released.
+/// Completes every output wait whose outputs are all released (with copies), whose
+/// broadcast failed here, or whose deadline passed.
 fn serve_outputs<E: Engine>(engine: &E, shared: &SharedState, waiting: &mut Waiting) {
-    let released = &waiting.released;
-    waiting.outputs.retain(|(ticket, task, outputs)| {
-        let held = released.get(task).is_some_and(|r| outputs.is_subset(r));
-        if held {
+    if waiting.outputs.is_empty() {
+        return;
+    }
+    let now = WallInstant::now();
+    let (released, failed) = (&waiting.released, &waiting.failed);
+    waiting.outputs.retain(|wait| {
+        let task = wait.task;
+        let outcome = if released
+            .get(&task)
+            .is_some_and(|r| wait.outputs.is_subset(r))
+        {
             let bcast = engine.stack().broadcaster();
-            let data = outputs
+            let data = wait
+                .outputs
                 .iter()
                 .map(|j| {
-                    let bytes = bcast.and_then(|b| b.output(*task, j)).unwrap_or_default();
+                    let bytes = bcast.and_then(|b| b.output(task, j)).unwrap_or_default();
                     (j, bytes.to_vec())
                 })
                 .collect();
-            shared.complete(*ticket, Outcome::Outputs(data));
-        }
-        !held
+            Outcome::Outputs(data)
+        } else if let Some(error) = failed.get(&task) {
+            Outcome::Failed(error.clone())
+        } else if wait.deadline.is_some_and(|d| now >= d) {
+            Outcome::Failed(RuntimeError::TimedOut { task })
+        } else {
+            return true;
+        };
+        shared.complete(wait.ticket, outcome);
+        false
     });
 }

@@ -184,27 +184,9 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
+    use crate::loom_model::model;
     use loom::sync::Arc as LoomArc;
     use loom::thread;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// Explores `f` under loom with at most 3 preemptions per execution (the bound
-    /// loom's authors recommend: bugs almost always show within 2 or 3), and prints
-    /// how many interleavings it ran.
-    fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
-        let runs = std::sync::Arc::new(AtomicUsize::new(0));
-        let counter = std::sync::Arc::clone(&runs);
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(move || {
-            counter.fetch_add(1, Ordering::Relaxed);
-            f();
-        });
-        eprintln!(
-            "loom: {name}: {} interleavings",
-            runs.load(Ordering::Relaxed)
-        );
-    }
 
     /// An application thread submits and waits while the progress thread serves it:
     /// the outcome arrives, once, in every interleaving (no lost wake-up).

@@ -132,7 +132,7 @@ fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), Failure> {
     cli.command
         .check(size)
         .map_err(|e| Failure::BadInput(format!("rank {rank}: {e}")))?;
-    let mut config = OfiConfig::new(rank, size, rendezvous);
+    let mut config = OfiConfig::new(size, rank, rendezvous);
     config.provider = cli.provider.clone();
     config.address = cli.address.clone();
     let Finished { line, .. } = cli

@@ -1,0 +1,127 @@
+/* sim_views.c: the failure views of a group simulated in this process, from C.
+ *
+ * Five ranks; rank 4 is killed. Every survivor validates globally (each on its own
+ * thread: validate_global is collective), then rank 0 prints its views, queries rank
+ * states (first with a buffer too small: FT_ERR_SIZE names the count needed),
+ * recognizes the dead rank and renumbers the shrunk group. Asserts on every result.
+ *
+ * Build and run (from the repository root, after `cargo build --release -p ft-capi`):
+ *   cc -Wall -Wextra -O2 examples/c/sim_views.c -Ift-capi/include \
+ *      -Ltarget/release -lft -Wl,-rpath,$PWD/target/release -lpthread -o sim_views
+ *   ./sim_views
+ */
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "ft.h"
+
+#define RANKS 5
+#define VICTIM 4
+
+#define CHECK(call)                                                              \
+    do {                                                                         \
+        int rc_ = (call);                                                        \
+        if (rc_ != FT_SUCCESS) {                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,        \
+                    ft_strerror(rc_));                                           \
+            exit(1);                                                             \
+        }                                                                        \
+    } while (0)
+
+struct validation {
+    ft_handle *h;
+    uint32_t num_failed, num_new;
+    int rc;
+};
+
+static void *validate_global(void *arg) {
+    struct validation *v = arg;
+    v->rc = ft_validate_global(v->h, &v->num_failed, &v->num_new);
+    return NULL;
+}
+
+static const char *state_name(uint32_t state) {
+    return state == FT_STATE_OK ? "OK" : state == FT_STATE_FAILED ? "FAILED" : "NULL";
+}
+
+int main(void) {
+    ft_sim *group;
+    CHECK(ft_sim_open(RANKS, 20, 300, &group));
+    ft_handle *me = ft_sim_rank(group, 0);
+    assert(me != NULL && ft_sim_rank(group, RANKS) == NULL);
+
+    CHECK(ft_sim_kill(group, VICTIM));
+    /* Wait (bounded) until the detector's news reaches rank 0's local view. */
+    uint32_t num_failed = 0, num_new = 0;
+    for (int tries = 0; num_failed == 0; tries++) {
+        assert(tries < 2000 && "rank 0 never learned of the death");
+        usleep(5000);
+        CHECK(ft_validate_local(me, &num_failed, &num_new));
+    }
+    printf("validate_local: num_failed=%u num_new=%u\n", num_failed, num_new);
+    assert(num_failed == 1 && num_new == 1);
+
+    /* validate_global is collective: every survivor calls it. */
+    pthread_t threads[RANKS - 1];
+    struct validation v[RANKS - 1];
+    for (uint32_t r = 0; r < RANKS - 1; r++) {
+        v[r].h = ft_sim_rank(group, r);
+        pthread_create(&threads[r], NULL, validate_global, &v[r]);
+    }
+    for (uint32_t r = 0; r < RANKS - 1; r++) {
+        pthread_join(threads[r], NULL);
+        CHECK(v[r].rc);
+        assert(v[r].num_failed == 1 && v[r].num_new == 1);
+    }
+    printf("validate_global: num_failed=%u num_new=%u at every survivor\n", v[0].num_failed,
+           v[0].num_new);
+
+    /* The views: every rank of each scope, with its state. */
+    for (int scope = FT_SCOPE_LOCAL; scope <= FT_SCOPE_GLOBAL; scope++) {
+        ft_rank_info infos[RANKS];
+        uint32_t outcount;
+        CHECK(ft_get_state(me, scope, FT_STATE_OK | FT_STATE_FAILED | FT_STATE_NULL, RANKS,
+                           &outcount, infos));
+        assert(outcount == RANKS);
+        printf("%s view:", scope == FT_SCOPE_LOCAL ? "local " : "global");
+        for (uint32_t k = 0; k < outcount; k++)
+            printf(" %u:%s", infos[k].rank, state_name(infos[k].state));
+        printf("\n");
+    }
+
+    /* A buffer too small: FT_ERR_SIZE, the count needed in outcount, infos untouched. */
+    ft_rank_info small[1] = {{99, 99, 99}};
+    uint32_t outcount = 0;
+    int rc = ft_get_state(me, FT_SCOPE_GLOBAL, FT_STATE_OK, 1, &outcount, small);
+    printf("get_state(OK) into 1 entry: %s (needs %u)\n", ft_strerror(rc), outcount);
+    assert(rc == FT_ERR_SIZE && outcount == RANKS - 1);
+    assert(small[0].rank == 99 && small[0].state == 99 && small[0].generation == 99);
+
+    /* The newly agreed failure, then recognized: FAILED becomes NULL. */
+    ft_rank_info failed[1];
+    CHECK(ft_get_state(me, FT_SCOPE_GLOBAL, FT_STATE_FAILED | FT_STATE_NEW, 1, &outcount,
+                       failed));
+    assert(outcount == 1 && failed[0].rank == VICTIM && failed[0].generation == 1);
+    CHECK(ft_recognize(me, VICTIM));
+    assert(ft_recognize(me, 1) == FT_ERR_NOT_FAILED);
+    uint32_t nulls;
+    CHECK(ft_num_state(me, FT_SCOPE_GLOBAL, FT_STATE_NULL, &nulls));
+    assert(nulls == 1);
+
+    /* Shrink: survivors keep their order; the dead rank has no new rank. */
+    uint32_t new_rank;
+    CHECK(ft_shrink_rank(me, 3, &new_rank));
+    assert(new_rank == 3 && ft_shrink_rank(me, VICTIM, &new_rank) == FT_ERR_RANK);
+
+    /* The killed rank's handle reports the stop. */
+    rc = ft_validate_local(ft_sim_rank(group, VICTIM), &num_failed, &num_new);
+    assert(rc == FT_ERR_STOPPED);
+    assert(ft_validate_local(NULL, &num_failed, &num_new) == FT_ERR_ARG);
+
+    CHECK(ft_sim_close(group));
+    printf("sim_views: ok\n");
+    return 0;
+}
