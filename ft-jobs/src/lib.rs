@@ -31,8 +31,10 @@
 //! [`Launch`] is cloned onto the progress thread, which opens its own transport there
 //! (an MPI communicator handle may not cross threads).
 
+pub mod bench_bcast;
 pub mod conformance;
 pub mod latency;
+mod raw;
 pub mod report;
 
 use std::path::PathBuf;
@@ -230,6 +232,19 @@ pub enum JobCommand {
         #[command(flatten)]
         job: JobArgs,
     },
+    /// Times the stack's broadcast (per-class binomial trees) of 1 and 4 outputs of
+    /// 1 KiB to 4 MiB against a plain two-sided binomial broadcast of the same bytes
+    /// over the same transport (`ftmpi`: against `MPI_Bcast`), failure-free; rank 0
+    /// prints one line per case with the medians and their ratio
+    /// (`ft_jobs::bench_bcast`).
+    BenchBcast {
+        /// What to time.
+        #[command(flatten)]
+        bench: bench_bcast::BenchBcastArgs,
+        /// The job's options.
+        #[command(flatten)]
+        job: JobArgs,
+    },
 }
 
 impl JobCommand {
@@ -238,7 +253,8 @@ impl JobCommand {
         match self {
             JobCommand::Validate { job, .. }
             | JobCommand::Broadcast { job, .. }
-            | JobCommand::Latency { job, .. } => job,
+            | JobCommand::Latency { job, .. }
+            | JobCommand::BenchBcast { job, .. } => job,
         }
     }
 
@@ -249,7 +265,7 @@ impl JobCommand {
             JobCommand::Validate { threaded, .. } | JobCommand::Broadcast { threaded, .. } => {
                 *threaded
             }
-            JobCommand::Latency { .. } => false,
+            JobCommand::Latency { .. } | JobCommand::BenchBcast { .. } => false,
         }
     }
 
@@ -283,6 +299,7 @@ impl JobCommand {
                 }
                 Ok(None)
             }
+            JobCommand::BenchBcast { bench, job } => bench.check(n, job).map(|()| None),
             JobCommand::Broadcast { plan, job, .. } => {
                 if job.kill_on == Some(KillStep::Validate) {
                     return Err("--kill-on validate applies to the validate job; \
@@ -326,6 +343,9 @@ impl JobCommand {
             }
             (JobCommand::Validate { job, .. }, _) => validate(start(launch, job)?, job),
             (JobCommand::Latency { reps, job }, _) => latency::latency(launch, job, *reps),
+            (JobCommand::BenchBcast { bench, job }, _) => {
+                bench_bcast::bench_bcast(launch, bench, job)
+            }
             (JobCommand::Broadcast { job, threaded, .. }, Some(spec)) => {
                 if *threaded {
                     broadcast_threaded(launch, spec, job)
