@@ -211,24 +211,24 @@ pub fn stack_rep<T: Transport>(
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
     }
-    let mut received = OutputSet::new();
+    // Held outputs, not `Released` events: a rank still finishing the previous
+    // repetition's closing validation may release this task's outputs inside it, and
+    // that loop does not keep other events.
     driver
-        .run_until("a benchmark broadcast", limit, |_, events| {
+        .run_until("a benchmark broadcast", limit, |stack, events| {
             while let Some((_, event)) = events.pop_front() {
                 if let Some(stop) = stopped(&event) {
                     return Some(Err(stop));
                 }
-                match event {
-                    StackEvent::Bcast(BcastEvent::Released {
-                        task: t, outputs, ..
-                    }) if t == task => received.union_with(&outputs),
-                    StackEvent::Bcast(BcastEvent::Abandoned { task: t }) if t == task => {
+                if let StackEvent::Bcast(BcastEvent::Abandoned { task: t }) = event {
+                    if t == task {
                         return Some(Err(format!("broadcast {task} abandoned")));
                     }
-                    _ => {}
                 }
             }
-            case.needs.is_subset(&received).then_some(Ok(()))
+            let bcast = stack.broadcaster();
+            let held = |j| bcast.and_then(|b| b.output(task, j)).is_some();
+            case.needs.iter().all(held).then_some(Ok(()))
         })
         .map_err(|e| e.to_string())??;
     Ok(since.elapsed().as_secs_f64() * 1e6)
@@ -451,18 +451,15 @@ fn gather_at_zero<T: Transport>(
             .map_err(|e| e.to_string())?;
         return Ok(None);
     }
-    let mut parts = Parts::new(n);
     driver
-        .run_until("every rank's times", limit, |_, events| {
-            while let Some((_, event)) = events.pop_front() {
-                if let Some(stop) = stopped(&event) {
-                    return Some(Err(stop));
-                }
-                if let StackEvent::Bcast(BcastEvent::Released { task, .. }) = event {
-                    parts.arrived(task.wrapping_sub(GATHER));
-                }
+        .run_until("every rank's times", limit, |stack, events| {
+            if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
+                return Some(Err(stop));
             }
-            parts.complete().then_some(Ok(()))
+            events.clear();
+            let bcast = stack.broadcaster();
+            let held = |k| bcast.and_then(|b| b.output(GATHER + k, 0)).is_some();
+            (1..n).all(held).then_some(Ok(()))
         })
         .map_err(|e| e.to_string())??;
     let bcast = driver
@@ -482,27 +479,6 @@ fn gather_at_zero<T: Transport>(
         );
     }
     Ok(Some(all))
-}
-
-/// Which ranks' parts of a gather have arrived (rank 0's own counts as arrived).
-struct Parts {
-    arrived: Vec<bool>,
-}
-
-impl Parts {
-    fn new(n: u32) -> Self {
-        let mut arrived = vec![false; n as usize];
-        arrived[0] = true;
-        Parts { arrived }
-    }
-    fn arrived(&mut self, k: u32) {
-        if let Some(slot) = self.arrived.get_mut(k as usize) {
-            *slot = true;
-        }
-    }
-    fn complete(&self) -> bool {
-        self.arrived.iter().all(|&a| a)
-    }
 }
 
 #[cfg(test)]
