@@ -91,8 +91,13 @@ fn run(ranks: u32, args: &[&str]) -> Vec<Value> {
 /// Runs `scenario` on `mpiexec` and checks its survivors' lines.
 fn check(scenario: &Scenario) {
     let lines = run(scenario.ranks, scenario.args);
+    check_lines(scenario, &lines);
+}
+
+/// Checks the lines `scenario` printed.
+fn check_lines(scenario: &Scenario, lines: &[Value]) {
     scenario
-        .check(&lines)
+        .check(lines)
         .unwrap_or_else(|e| panic!("{e}\nlines: {lines:#?}"));
 }
 
@@ -164,6 +169,16 @@ fn send_buffers_are_reused_from_the_pool() {
 #[test]
 fn latency_job_reports_its_ratios() {
     check(&conformance::LATENCY_SMOKE);
+}
+
+#[test]
+fn bench_bcast_times_the_stack_beside_mpi_bcast() {
+    // A smoke run (the figures come from longer runs, see the README).
+    let lines = run(3, conformance::BENCH_BCAST_SMOKE.args);
+    check_lines(&conformance::BENCH_BCAST_SMOKE, &lines);
+    for line in lines.iter().filter(|l| l.get("bytes").is_some()) {
+        assert!(line["ratio_to_mpi_bcast"].as_f64().unwrap() > 0.0, "{line}");
+    }
 }
 
 #[test]

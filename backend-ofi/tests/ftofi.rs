@@ -106,6 +106,11 @@ fn latency_job_reports_its_ratios() {
 }
 
 #[test]
+fn bench_bcast_times_the_stack_beside_a_two_sided_broadcast() {
+    check(TCP, &conformance::BENCH_BCAST_SMOKE);
+}
+
+#[test]
 fn the_sockets_provider_survives_kills_too() {
     check(SOCKETS, &conformance::VALIDATE_AFTER_A_KILL);
     check(SOCKETS, &conformance::VALIDATE_THREADED_AFTER_A_KILL);

@@ -19,8 +19,10 @@
 //! class after class, plus one offset per class; a [`Class`] is a borrowed view. Building
 //! it costs one allocation for all members, whatever the number of classes.
 //!
-//! Two implementations give the same result:
-//! - up to 64 outputs with a dense rank map (the common case), a rank's class is its
+//! Three implementations give the same result:
+//! - a small task (at most 256 destination entries, 64 outputs) sorts its entries by
+//!   rank and groups ranks by need mask in `O(E log E)`, whatever `n` (module `small`);
+//! - up to 64 outputs with a dense rank map (large tasks), a rank's class is its
 //!   need bitmask: one OR per destination entry into an `n`-entry array of the narrowest
 //!   word that holds `m` bits, then passes in rank order that count the classes and
 //!   place every rank in the member array (module `masks`);
@@ -28,7 +30,7 @@
 //!   array, or a hash map when `n` is much larger than `Σ|D_j|` (so a huge communicator
 //!   with few destinations costs memory in the number of destinations only).
 //!
-//! Both end in the same grouping step (`group_by_id`): a counting sort of the ranks by
+//! The last two end in the same grouping step (`group_by_id`): a counting sort of the ranks by
 //! class id into the flat member array, in `O(n + classes)` time. With at most 256 ids
 //! (every task of up to 8 outputs) the counts are kept per block of 8192 ranks, and each
 //! block is sorted in cache and copied out in runs, one per class: placing ranks one by
@@ -48,6 +50,7 @@ use ft_core::Rank;
 use crate::outputs::OutputSet;
 
 mod masks;
+mod small;
 use masks::refine_by_masks;
 
 /// A class of destinations that need the same outputs: a view into a [`Partition`].
@@ -353,6 +356,12 @@ fn refine_checked<L: AsRef<[Rank]>>(
         return Err(RefineError::TooManyLists);
     }
     let entries: usize = lists.iter().map(|l| l.as_ref().len()).sum();
+    if lists.len() <= small::SMALL_LISTS && entries <= small::SMALL_ENTRIES {
+        // Bad input falls through to the paths below, which locate it.
+        if let Some(partition) = small::refine_small(n, lists, outsider, entries) {
+            return Ok(partition);
+        }
+    }
     // The dense array costs up to 8 bytes per rank of the communicator; use it unless
     // that is far more than the lists themselves.
     let dense = (n as usize) <= entries.saturating_mul(4).saturating_add(1 << 16);
@@ -939,6 +948,31 @@ mod tests {
             let dense = refine(n, &lists).unwrap();
             let sparse = refine(n.saturating_mul(1 << 20), &lists).unwrap();
             prop_assert_eq!(dense, sparse);
+        }
+    }
+
+    proptest! {
+        /// The small-task path gives exactly the mask path's partition, and declines
+        /// (for the mask path to report) every bad input and an outsider in a list.
+        #[test]
+        fn the_small_task_path_agrees_with_the_masks(
+            n in 1u32..3000,
+            lists in prop::collection::vec(prop::collection::vec(0u32..3000, 0..40), 0..12),
+            outsider in prop::option::of(0u32..3000),
+        ) {
+            // Now and then a rank out of range (n) or a repeat.
+            let lists: Vec<Vec<Rank>> = lists
+                .into_iter()
+                .map(|l| l.into_iter().map(|r| r % (n + 1)).collect())
+                .collect();
+            let entries = lists.iter().map(Vec::len).sum();
+            let small = small::refine_small(n, &lists, outsider, entries);
+            let masks = refine_by_masks::<u16, _>(n, &lists, outsider);
+            match (small, masks) {
+                (Some(s), Ok(m)) => prop_assert_eq!(s, m),
+                (None, Err(_)) => {}
+                (s, m) => prop_assert!(false, "small {:?} against masks {:?}", s, m),
+            }
         }
     }
 

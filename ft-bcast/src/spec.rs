@@ -20,6 +20,9 @@ use ft_core::{FailureView, Rank, RankSet};
 use crate::refine::{refine_without, Partition, RefineError};
 use crate::topology::Topology;
 
+/// Up to this many outputs, names are checked for repeats pairwise.
+const PAIRWISE_NAMES: usize = 16;
+
 /// How the activation trees of a broadcast are built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Strategy {
@@ -233,12 +236,20 @@ impl PlanSpec {
         if self.outputs.len() >= (u32::MAX - 1) as usize {
             return Err(SpecError::TooManyOutputs);
         }
-        let mut names: HashSet<&str> = HashSet::with_capacity(self.outputs.len());
+        // A few names (the common task) are compared pairwise, which allocates nothing;
+        // many go through a set.
+        let pairwise = self.outputs.len() <= PAIRWISE_NAMES;
+        let mut names: HashSet<&str> = HashSet::new();
         for (index, o) in self.outputs.iter().enumerate() {
             if o.name.is_empty() {
                 return Err(SpecError::EmptyName { index });
             }
-            if !names.insert(&o.name) {
+            let repeats = if pairwise {
+                self.outputs[..index].iter().any(|p| p.name == o.name)
+            } else {
+                !names.insert(&o.name)
+            };
+            if repeats {
                 return Err(SpecError::DuplicateName {
                     name: o.name.clone(),
                 });

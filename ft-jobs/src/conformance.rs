@@ -310,6 +310,52 @@ fn served_without_3(lines: &[Value]) -> Result<(), String> {
     all_sets(lines, "G", &[3])
 }
 
+/// A smoke run of the bench-bcast job (`crate::bench_bcast`; under `ftmpi` its
+/// baseline is `MPI_Bcast`): rank 0 prints one line per case, each with positive
+/// medians for the stack and the baseline and their ratio; the other ranks say they
+/// took part. Two chunks and a part-chunk (70 000 bytes), one and two outputs. Every
+/// rank checked what it received byte for byte, or the job fails.
+pub const BENCH_BCAST_SMOKE: Scenario = Scenario {
+    ranks: 3,
+    args: &[
+        "bench-bcast",
+        "--sizes",
+        "1024,70000",
+        "--outputs",
+        "1,2",
+        "--reps",
+        "3",
+    ],
+    check: |lines| {
+        let (cases, others): (Vec<&Value>, Vec<&Value>) =
+            lines.iter().partition(|l| l.get("bytes").is_some());
+        expect(cases.len() == 4, || format!("{} case lines", cases.len()))?;
+        let ranks: Vec<&Value> = others.iter().map(|l| &l["rank"]).collect();
+        expect(ranks == [1, 2], || {
+            format!("other lines from ranks {ranks:?}")
+        })?;
+        for line in cases {
+            let medians = line["median_us"].as_object().map(|m| m.len());
+            expect(medians == Some(2), || {
+                format!("two medians expected: {line}")
+            })?;
+            let positive = |v: &Value| v.as_f64().is_some_and(|x| x > 0.0 && x.is_finite());
+            let ratio = line
+                .as_object()
+                .and_then(|o| o.iter().find(|(k, _)| k.starts_with("ratio_to_")))
+                .map(|(_, v)| v);
+            expect(
+                line["median_us"]
+                    .as_object()
+                    .is_some_and(|m| m.values().all(positive))
+                    && ratio.is_some_and(positive),
+                || format!("medians and ratio must be positive: {line}"),
+            )?;
+        }
+        Ok(())
+    },
+};
+
 /// A smoke run of the latency job (`crate::latency`): every rank reports positive
 /// medians, and rank 0 (which also does the round trips) the ratios. The figures
 /// themselves come from longer runs.
@@ -473,6 +519,13 @@ pub const BAD_INPUTS: &[BadInput] = &[
         "--kill-on activation needs a broadcast",
     ),
     bad(4, &["latency", "--reps", "0"], "0 is not in 1.."),
+    bad(
+        4,
+        &["bench-bcast", "--kill", "1"],
+        "bench-bcast runs failure-free",
+    ),
+    bad(4, &["bench-bcast", "--sizes", "0"], "--sizes 0"),
+    bad(4, &["bench-bcast", "--outputs", "65"], "--outputs 65"),
     bad(
         4,
         &["latency", "--kill", "1"],

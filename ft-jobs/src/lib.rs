@@ -31,9 +31,11 @@
 //! [`Launch`] is cloned onto the progress thread, which opens its own transport there
 //! (an MPI communicator handle may not cross threads).
 
+pub mod bench_bcast;
 pub mod conformance;
 pub mod latency;
 pub mod mpiexec;
+mod raw;
 pub mod report;
 
 use std::path::PathBuf;
@@ -231,6 +233,19 @@ pub enum JobCommand {
         #[command(flatten)]
         job: JobArgs,
     },
+    /// Times the stack's broadcast (per-class binomial trees) of 1 and 4 outputs of
+    /// 1 KiB to 4 MiB against a plain two-sided binomial broadcast of the same bytes
+    /// over the same transport (`ftmpi`: against `MPI_Bcast`), failure-free; rank 0
+    /// prints one line per case with the medians and their ratio
+    /// (`ft_jobs::bench_bcast`).
+    BenchBcast {
+        /// What to time.
+        #[command(flatten)]
+        bench: bench_bcast::BenchBcastArgs,
+        /// The job's options.
+        #[command(flatten)]
+        job: JobArgs,
+    },
 }
 
 impl JobCommand {
@@ -239,7 +254,8 @@ impl JobCommand {
         match self {
             JobCommand::Validate { job, .. }
             | JobCommand::Broadcast { job, .. }
-            | JobCommand::Latency { job, .. } => job,
+            | JobCommand::Latency { job, .. }
+            | JobCommand::BenchBcast { job, .. } => job,
         }
     }
 
@@ -250,7 +266,7 @@ impl JobCommand {
             JobCommand::Validate { threaded, .. } | JobCommand::Broadcast { threaded, .. } => {
                 *threaded
             }
-            JobCommand::Latency { .. } => false,
+            JobCommand::Latency { .. } | JobCommand::BenchBcast { .. } => false,
         }
     }
 
@@ -284,6 +300,7 @@ impl JobCommand {
                 }
                 Ok(None)
             }
+            JobCommand::BenchBcast { bench, job } => bench.check(n, job).map(|()| None),
             JobCommand::Broadcast { plan, job, .. } => {
                 if job.kill_on == Some(KillStep::Validate) {
                     return Err("--kill-on validate applies to the validate job; \
@@ -327,6 +344,9 @@ impl JobCommand {
             }
             (JobCommand::Validate { job, .. }, _) => validate(start(launch, job)?, job),
             (JobCommand::Latency { reps, job }, _) => latency::latency(launch, job, *reps),
+            (JobCommand::BenchBcast { bench, job }, _) => {
+                bench_bcast::bench_bcast(launch, bench, job)
+            }
             (JobCommand::Broadcast { job, threaded, .. }, Some(spec)) => {
                 if *threaded {
                     broadcast_threaded(launch, spec, job)

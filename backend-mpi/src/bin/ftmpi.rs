@@ -12,7 +12,8 @@
 //! itself `SIGKILL`, either `--kill-at-ms` after the common start (a barrier) or at a
 //! protocol step (`--kill-on`). `ftmpi bench` is this backend's own: it times
 //! `validate_global` against ULFM's `MPIX_Comm_agree` (or, with `--kill R`, one rank,
-//! `MPIX_Comm_shrink`).
+//! `MPIX_Comm_shrink`). `ftmpi bench-bcast` is the shared job with this backend's
+//! baseline: one `MPI_Bcast` per output instead of the two-sided broadcast.
 //!
 //! How a job ends, so that no rank is left behind (measured with Open MPI 5.0.11 under
 //! `--with-ft ulfm`: `MPI_Abort` does not stop the other ranks, and a rank that calls
@@ -38,10 +39,11 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
+use ft_jobs::bench_bcast::{stack_rep, BenchBcastArgs};
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
-use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::environment::Threading;
-use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -147,6 +149,12 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
+        // This backend's baseline is MPI_Bcast, not the shared job's two-sided one.
+        Command::Job(JobCommand::BenchBcast { bench, job }) => ft_jobs::start(&launch, job)
+            .and_then(|mut driver| {
+                bench.set_idle(&mut driver);
+                bench_bcast(&world, driver, bench, job)
+            }),
         Command::Job(job) => job.run(&launch),
         Command::Bench {
             reps,
@@ -341,4 +349,112 @@ fn bench_shrink(
         line,
         saw_failure: true,
     })
+}
+
+/// `ftmpi bench-bcast`: `ft_jobs::bench_bcast`'s cases against one `MPI_Bcast` per
+/// output over a communicator of that output's root and destinations (split once per
+/// case, outside the timing). Each repetition times the stack, then `MPI_Bcast`, each
+/// from a barrier on the world; a repetition's time is the largest over the ranks (an
+/// all-reduce after it). Rank 0 prints one line per case (`Case::line`, baseline
+/// `"mpi_bcast"`); the other ranks one line saying they took part.
+fn bench_bcast(
+    world: &SimpleCommunicator,
+    mut driver: RankDriver<MpiTransport>,
+    bench: &BenchBcastArgs,
+    job: &JobArgs,
+) -> Result<Finished, String> {
+    let limit = StdDuration::from_secs(job.limit_s);
+    let (me, n) = (world.rank() as u32, world.size() as u32);
+    let cases = bench.cases(n, me);
+    let worst = |mine: f64| {
+        let mut max = 0.0;
+        world.all_reduce_into(&mine, &mut max, SystemOperation::max());
+        max
+    };
+    let mut lines = Vec::new();
+    let mut task = 0;
+    for case in &cases {
+        // One communicator per output: its root (rank 0 there too) and destinations.
+        let comms: Vec<Option<SimpleCommunicator>> = (0..case.outputs)
+            .map(|j| {
+                let member = case.members(j).contains(&me);
+                world.split_by_color(if member {
+                    Color::with_value(0)
+                } else {
+                    Color::undefined()
+                })
+            })
+            .collect();
+        let mut buffers: Vec<Vec<u8>> = (0..case.outputs as usize)
+            .map(|j| {
+                if me == case.spec.root {
+                    case.payloads[j].clone()
+                } else {
+                    vec![0; case.bytes as usize]
+                }
+            })
+            .collect();
+        let mut times: [Vec<f64>; 2] = Default::default();
+        for _ in 0..bench.reps {
+            world.barrier();
+            let mine = stack_rep(&mut driver, case, task, limit)?;
+            settle(world, &mut driver, limit)?;
+            times[0].push(worst(mine));
+            task += 1;
+
+            world.barrier();
+            let since = WallInstant::now();
+            for (comm, buffer) in comms.iter().zip(&mut buffers) {
+                if let Some(comm) = comm {
+                    comm.process_at_rank(0).broadcast_into(&mut buffer[..]);
+                }
+            }
+            times[1].push(worst(since.elapsed().as_secs_f64() * 1e6));
+        }
+        if !case.stack_delivered(&driver, task - 1)
+            || case
+                .needs
+                .iter()
+                .any(|j| buffers[j as usize] != case.payloads[j as usize])
+        {
+            return Err(format!(
+                "an output of {} bytes arrived corrupted",
+                case.bytes
+            ));
+        }
+        let [stack, base] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
+        lines.push(case.line(n, bench.reps, stack, "mpi_bcast", base));
+    }
+    let line = if me == 0 {
+        lines.join("\n")
+    } else {
+        json!({"rank": me, "bench_bcast": "took part", "cases": cases.len()}).to_string()
+    };
+    Ok(Finished {
+        line,
+        saw_failure: ft_jobs::saw_failure(&driver),
+    })
+}
+
+/// Keeps the stack serving until every rank has reached this point (a nonblocking
+/// `MPI_Ibarrier` tested between pumps): a rank that holds its outputs may still have
+/// children to serve.
+fn settle(
+    world: &SimpleCommunicator,
+    driver: &mut RankDriver<MpiTransport>,
+    limit: StdDuration,
+) -> Result<(), String> {
+    let mut barrier = Some(world.immediate_barrier());
+    driver
+        .run_until("every rank's broadcast", limit, |_, events| {
+            events.clear();
+            match barrier.take()?.test() {
+                Ok(_) => Some(()),
+                Err(pending) => {
+                    barrier = Some(pending);
+                    None
+                }
+            }
+        })
+        .map_err(|e| e.to_string())
 }

@@ -294,7 +294,7 @@ fn first_bad_entry<M: NeedMask, L: AsRef<[Rank]>>(n: u32, lists: &[L]) -> Option
 }
 
 /// The outputs whose bits are set in `bits`.
-fn output_set(mut bits: u64) -> OutputSet {
+pub(super) fn output_set(mut bits: u64) -> OutputSet {
     let mut set = OutputSet::new();
     while bits != 0 {
         set.insert(bits.trailing_zeros());

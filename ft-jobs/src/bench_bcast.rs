@@ -1,0 +1,522 @@
+//! The bench-bcast job: the stack's broadcast (per-class trees, binomial) against a
+//! plain broadcast of the same bytes on the same transport, in the same run, so the
+//! report is a ratio that holds across machines and loads.
+//!
+//! **Cases.** Every size of `--sizes` with every count of `--outputs`: `m` outputs of
+//! `bytes` bytes each from rank 0, output `j` to the ranks `r ≥ 1` with
+//! `(r - 1) mod m ≠ j` (every rank when `m = 1`), so with several outputs the
+//! destinations need different subsets and form several classes ([`case_spec`]).
+//!
+//! **What is timed.** Each repetition starts from a barrier; every rank times from it
+//! until it holds every output it needs (the root: until its sends are queued), and a
+//! repetition's time is the largest over the ranks: when the last destination got its
+//! last byte. A case reports the median over `--reps` repetitions.
+//!
+//! **Baselines.** This module's own, for any transport ([`bench_bcast`]): one plain
+//! two-sided binomial broadcast per output over the same endpoints, in chunks of
+//! [`MAX_CHUNK`] bytes (the stack's own chunk), each chunk forwarded to the children as
+//! it arrives; it runs before the stack phase, on the bare transport ([`crate::raw`]).
+//! `ftmpi` supplies `MPI_Bcast` instead, interleaved with the stack's repetitions
+//! (`backend-mpi`'s `ftmpi bench-bcast`), using [`stack_rep`] and [`Case`] from here.
+//!
+//! **Memory.** Every repetition is a new broadcast task, and the stack keeps a finished
+//! task's outputs (`RankStack` has no command to forget one), so a rank holds every
+//! output it took part in until the job ends: about `reps · Σ bytes · outputs` at the
+//! root over all cases (about 320 MiB for the defaults).
+
+use std::time::{Duration as StdDuration, Instant as WallInstant};
+
+use backend_sim::stack::payload;
+use clap::Args;
+use ft_bcast::{BcastEvent, OutputSet, OutputSpec, PlanSpec, StackEvent};
+use ft_core::wire::MAX_CHUNK;
+use ft_core::Rank;
+use ft_runtime::Transport;
+use serde_json::{json, Value};
+
+use crate::raw::{Raw, DATA_MAGIC};
+use crate::{median, stopped, validate_once, Finished, JobArgs, Launch, RankDriver};
+
+/// The output sizes timed by default: 1 KiB to 4 MiB.
+pub const DEFAULT_SIZES: [u64; 6] = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+
+/// The options of the bench-bcast job.
+#[derive(Args, Clone, Debug)]
+pub struct BenchBcastArgs {
+    /// Output sizes in bytes (each case broadcasts outputs of one size).
+    #[arg(long, value_delimiter = ',', num_args = 1.., default_values_t = DEFAULT_SIZES)]
+    pub sizes: Vec<u64>,
+    /// Output counts (each case broadcasts this many outputs).
+    #[arg(long, value_delimiter = ',', num_args = 1.., default_values_t = [1u32, 4])]
+    pub outputs: Vec<u32>,
+    /// Repetitions of each case and each broadcast.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: u32,
+    /// The driver's idle sleep in microseconds (0, the default: always spin, yielding
+    /// the CPU, as MPI's own progress loops and the two-sided baseline do).
+    #[arg(long, default_value_t = 0)]
+    pub idle_us: u64,
+    /// How long after its last frame the driver spins before it sleeps, in
+    /// microseconds.
+    #[arg(long, default_value_t = 500)]
+    pub spin_us: u64,
+}
+
+impl BenchBcastArgs {
+    /// Checks the options against a job of `n` ranks (failure-free, `args`).
+    pub fn check(&self, n: u32, args: &JobArgs) -> Result<(), String> {
+        if !args.kill.is_empty() {
+            return Err("bench-bcast runs failure-free; --kill does not apply".into());
+        }
+        if n < 2 {
+            return Err("bench-bcast needs at least 2 ranks".into());
+        }
+        if let Some(bad) = self.sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
+            return Err(format!("--sizes {bad}: sizes are 1 B to 1 GiB"));
+        }
+        if let Some(bad) = self.outputs.iter().find(|&&m| m == 0 || m > 64) {
+            return Err(format!("--outputs {bad}: counts are 1 to 64"));
+        }
+        Ok(())
+    }
+
+    /// The cases in the order they run: every size of each output count.
+    pub fn cases(&self, n: u32, me: Rank) -> Vec<Case> {
+        self.outputs
+            .iter()
+            .flat_map(|&m| self.sizes.iter().map(move |&bytes| (bytes, m)))
+            .map(|(bytes, m)| Case::new(n, me, bytes, m))
+            .collect()
+    }
+
+    /// Sets the driver's idle loop as the options say.
+    pub fn set_idle<T: Transport>(&self, driver: &mut RankDriver<T>) {
+        driver.set_idle(
+            StdDuration::from_micros(self.spin_us),
+            StdDuration::from_micros(self.idle_us),
+        );
+    }
+}
+
+/// The destinations of output `j` of `m` in a job of `n` ranks ([module docs](self)).
+pub fn case_dests(n: u32, m: u32, j: u32) -> Vec<Rank> {
+    (1..n).filter(|&r| m == 1 || (r - 1) % m != j).collect()
+}
+
+/// The broadcast of a case: `m` outputs of `bytes` bytes from rank 0, binomial trees,
+/// per-class strategy (the defaults of [`PlanSpec::new`]).
+pub fn case_spec(n: u32, bytes: u64, m: u32) -> PlanSpec {
+    (0..m).fold(PlanSpec::new(n, 0), |spec, j| {
+        spec.with_output(OutputSpec::new(format!("O{j}"), bytes, case_dests(n, m, j)))
+    })
+}
+
+/// One case at one rank: its broadcast, what this rank needs, and (at the root) the
+/// payloads.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// Bytes per output.
+    pub bytes: u64,
+    /// Number of outputs.
+    pub outputs: u32,
+    /// The broadcast.
+    pub spec: PlanSpec,
+    /// The outputs this rank needs.
+    pub needs: OutputSet,
+    /// The outputs' bytes (every rank has them, to check what it received).
+    pub payloads: Vec<Vec<u8>>,
+}
+
+impl Case {
+    fn new(n: u32, me: Rank, bytes: u64, outputs: u32) -> Self {
+        let spec = case_spec(n, bytes, outputs);
+        let needs = (0..outputs)
+            .filter(|&j| spec.outputs[j as usize].dests.contains(&me))
+            .collect();
+        // The payload of "broadcast" `outputs`: the same bytes whatever the task id.
+        let payloads = (0..outputs).map(|j| payload(outputs, j, bytes)).collect();
+        Case {
+            bytes,
+            outputs,
+            spec,
+            needs,
+            payloads,
+        }
+    }
+
+    /// Whether rank `me` is the root.
+    fn is_root(&self, me: Rank) -> bool {
+        me == self.spec.root
+    }
+
+    /// Output `j`'s root and destinations, in rank order (the members of its plain
+    /// broadcast: an `MPI_Bcast` communicator, a two-sided tree).
+    pub fn members(&self, j: u32) -> Vec<Rank> {
+        let mut members = vec![self.spec.root];
+        members.extend_from_slice(&self.spec.outputs[j as usize].dests);
+        members
+    }
+
+    /// Whether the stack delivered task `task`'s outputs intact at this rank.
+    pub fn stack_delivered<T: Transport>(&self, driver: &RankDriver<T>, task: u32) -> bool {
+        let bcast = driver.machine().broadcaster();
+        self.needs.iter().all(|j| {
+            bcast.and_then(|b| b.output(task, j)) == Some(self.payloads[j as usize].as_slice())
+        })
+    }
+
+    /// The payload bytes the root sends per repetition (outputs × bytes).
+    fn total_bytes(&self) -> u64 {
+        self.bytes * u64::from(self.outputs)
+    }
+
+    /// Rank 0's line for this case: `{"rank": 0, "bytes", "outputs", "n", "reps", "median_us":
+    /// {"stack", BASE}, "gbytes_per_s": {"stack", BASE}, RATIO}` where `RATIO` is
+    /// `"ratio_to_" + BASE`: the stack's median over the baseline's.
+    pub fn line(&self, n: u32, reps: u32, stack_us: f64, base: &str, base_us: f64) -> String {
+        let gbps = |us: f64| self.total_bytes() as f64 / (us * 1e3);
+        let mut line = json!({
+            "rank": 0,
+            "bytes": self.bytes,
+            "outputs": self.outputs,
+            "n": n,
+            "reps": reps,
+            "median_us": {"stack": stack_us, base: base_us},
+            "gbytes_per_s": {"stack": gbps(stack_us), base: gbps(base_us)},
+        });
+        line[format!("ratio_to_{base}")] = Value::from(stack_us / base_us);
+        line.to_string()
+    }
+}
+
+/// One repetition of a case through the stack, from a common start the caller made:
+/// the root starts broadcast `task`; every rank drives until it holds what it needs.
+/// Returns this rank's microseconds from the call. The caller must keep the driver
+/// running afterwards until every rank is done (this rank may have children to serve).
+pub fn stack_rep<T: Transport>(
+    driver: &mut RankDriver<T>,
+    case: &Case,
+    task: u32,
+    limit: StdDuration,
+) -> Result<f64, String> {
+    let me = driver.transport().rank();
+    // Prepared before the clock starts: the application hands them over as they are.
+    let start = case
+        .is_root(me)
+        .then(|| (case.spec.clone(), case.payloads.clone()));
+    let since = WallInstant::now();
+    if let Some((spec, payloads)) = start {
+        driver
+            .command(|stack, now| stack.start_broadcast(now, task, spec, payloads))
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    // Held outputs, not `Released` events: a rank still finishing the previous
+    // repetition's closing validation may release this task's outputs inside it, and
+    // that loop does not keep other events.
+    driver
+        .run_until("a benchmark broadcast", limit, |stack, events| {
+            while let Some((_, event)) = events.pop_front() {
+                if let Some(stop) = stopped(&event) {
+                    return Some(Err(stop));
+                }
+                if let StackEvent::Bcast(BcastEvent::Abandoned { task: t }) = event {
+                    if t == task {
+                        return Some(Err(format!("broadcast {task} abandoned")));
+                    }
+                }
+            }
+            let bcast = stack.broadcaster();
+            let held = |j| bcast.and_then(|b| b.output(task, j)).is_some();
+            case.needs.iter().all(held).then_some(Ok(()))
+        })
+        .map_err(|e| e.to_string())??;
+    Ok(since.elapsed().as_secs_f64() * 1e6)
+}
+
+/// Per output of a case, this rank's place in the two-sided baseline's binomial tree:
+/// its parent (`None` at the root or off the tree) and children.
+fn raw_trees(case: &Case, me: Rank) -> Vec<(Option<Rank>, Vec<Rank>)> {
+    (0..case.outputs)
+        .map(|j| {
+            let edges = ft_bcast::tree_edges(
+                case.spec.topology,
+                case.spec.root,
+                &case.members(j),
+                &ft_bcast::NoFailures,
+            );
+            let parent = edges.iter().find(|e| e.1 == me).map(|e| e.0);
+            let children = edges.iter().filter(|e| e.0 == me).map(|e| e.1).collect();
+            (parent, children)
+        })
+        .collect()
+}
+
+/// Bytes before the data in a baseline frame: magic, tag, output, chunk index.
+const DATA_HEADER: usize = 4 + 4 + 2 + 4;
+
+/// One repetition of the two-sided baseline (tagged `tag`), from a common start: the
+/// root sends each output chunk by chunk down its binomial tree, every other member
+/// copies each chunk into place and forwards it to its children as it arrives. Returns
+/// this rank's microseconds.
+fn raw_rep<T: Transport>(
+    raw: &mut Raw<T>,
+    case: &Case,
+    trees: &[(Option<Rank>, Vec<Rank>)],
+    buffers: &mut [Vec<u8>],
+    tag: u32,
+) -> Result<f64, String> {
+    let me = raw.transport.rank();
+    let chunks = (case.bytes as usize).div_ceil(MAX_CHUNK);
+    let mut frame = Vec::with_capacity(DATA_HEADER + MAX_CHUNK);
+    let since = WallInstant::now();
+    if case.is_root(me) {
+        for (j, (_, children)) in trees.iter().enumerate() {
+            for (c, chunk) in case.payloads[j].chunks(MAX_CHUNK).enumerate() {
+                frame.clear();
+                frame.extend_from_slice(&DATA_MAGIC);
+                frame.extend_from_slice(&tag.to_le_bytes());
+                frame.extend_from_slice(&(j as u16).to_le_bytes());
+                frame.extend_from_slice(&(c as u32).to_le_bytes());
+                frame.extend_from_slice(chunk);
+                for &child in children {
+                    raw.transport
+                        .send(child, &frame)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    } else {
+        let mut missing = case.needs.len() * chunks;
+        while missing > 0 {
+            raw.next_data(&mut frame)?;
+            let (j, offset) = parse_data(&frame, tag, case.outputs)
+                .ok_or("two-sided baseline: a malformed or misplaced data frame")?;
+            let data = &frame[DATA_HEADER..];
+            buffers[j]
+                .get_mut(offset..offset + data.len())
+                .ok_or("two-sided baseline: a chunk past its output's end")?
+                .copy_from_slice(data);
+            for &child in &trees[j].1 {
+                raw.transport
+                    .send(child, &frame)
+                    .map_err(|e| e.to_string())?;
+            }
+            missing -= 1;
+        }
+    }
+    Ok(since.elapsed().as_secs_f64() * 1e6)
+}
+
+/// The output index and byte offset of a baseline data frame of repetition `tag`.
+fn parse_data(frame: &[u8], tag: u32, outputs: u32) -> Option<(usize, usize)> {
+    let header = frame.get(..DATA_HEADER)?;
+    let field = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+    let j = u16::from_le_bytes([header[8], header[9]]);
+    (field(4) == tag && u32::from(j) < outputs)
+        .then(|| (usize::from(j), field(10) as usize * MAX_CHUNK))
+}
+
+/// The task ids of the gather that brings every rank's times to rank 0: rank `k`'s is
+/// `GATHER + k`, past every benchmark task.
+const GATHER: u32 = 1 << 31;
+
+/// The bench-bcast job over any transport, against the two-sided baseline: rank 0
+/// returns one line per case ([`Case::line`], baseline `"two_sided"`); every other rank
+/// a line saying it took part.
+///
+/// 1. Raw phase, on the bare transport: every case's `reps` baseline repetitions, each
+///    from a dissemination barrier.
+/// 2. Stack phase: every case's `reps` repetitions through the stack, each from a
+///    global validation (the stack's own barrier, which keeps serving while it waits).
+/// 3. Every rank sends its times to rank 0 through the stack (a one-output broadcast
+///    with root `k` and destination 0), and rank 0 takes, per repetition, the largest.
+pub fn bench_bcast<L: Launch>(
+    launch: &L,
+    bench: &BenchBcastArgs,
+    args: &JobArgs,
+) -> Result<Finished, String> {
+    let (me, n) = (launch.rank(), launch.size());
+    let limit = args.limit();
+    let cases = bench.cases(n, me);
+    let reps = bench.reps as usize;
+    // times[case][rep]: this rank's raw, then stack, microseconds.
+    let mut raw_times = vec![Vec::with_capacity(reps); cases.len()];
+    let mut stack_times = vec![Vec::with_capacity(reps); cases.len()];
+
+    let mut raw = Raw::new(launch.connect()?, limit);
+    let mut tag = 0;
+    for (case, times) in cases.iter().zip(&mut raw_times) {
+        let trees = raw_trees(case, me);
+        let mut buffers: Vec<Vec<u8>> = (0..case.outputs)
+            .map(|_| vec![0; case.bytes as usize])
+            .collect();
+        for _ in 0..reps {
+            raw.barrier(tag)?;
+            times.push(raw_rep(&mut raw, case, &trees, &mut buffers, tag)?);
+            tag += 1;
+        }
+        if let Some(j) = case
+            .needs
+            .iter()
+            .find(|&j| buffers[j as usize] != case.payloads[j as usize])
+        {
+            return Err(format!("two-sided baseline: output {j} arrived corrupted"));
+        }
+    }
+    raw.barrier(tag)?;
+
+    let mut driver = crate::drive(raw.transport, me, n, args);
+    bench.set_idle(&mut driver);
+    for (from, bytes) in std::mem::take(&mut raw.early) {
+        driver.deliver(from, &bytes).map_err(|e| e.to_string())?;
+    }
+    validate_once(&mut driver, limit)?;
+    let mut task = 0;
+    for (case, times) in cases.iter().zip(&mut stack_times) {
+        for _ in 0..reps {
+            times.push(stack_rep(&mut driver, case, task, limit)?);
+            validate_once(&mut driver, limit)?;
+            task += 1;
+        }
+        if !case.stack_delivered(&driver, task - 1) {
+            return Err(format!(
+                "stack: an output of {} bytes arrived corrupted",
+                case.bytes
+            ));
+        }
+    }
+
+    let mine: Vec<f64> = raw_times
+        .iter()
+        .chain(&stack_times)
+        .flatten()
+        .copied()
+        .collect();
+    let all = gather_at_zero(&mut driver, &mine, limit)?;
+    // The gather's roots serve rank 0 until it has every part.
+    validate_once(&mut driver, limit)?;
+    driver
+        .run_for(StdDuration::from_millis(args.linger_ms))
+        .map_err(|e| e.to_string())?;
+    let line = match all {
+        Some(all) => {
+            // Per repetition, the largest time over the ranks.
+            let worst: Vec<f64> = (0..mine.len())
+                .map(|i| all.iter().map(|t| t[i]).fold(f64::MIN, f64::max))
+                .collect();
+            let (raw_worst, stack_worst) = worst.split_at(cases.len() * reps);
+            cases
+                .iter()
+                .enumerate()
+                .map(|(c, case)| {
+                    let med = |t: &[f64]| median(t[c * reps..(c + 1) * reps].to_vec());
+                    let (stack, base) = (med(stack_worst), med(raw_worst));
+                    case.line(
+                        n,
+                        bench.reps,
+                        stack.unwrap_or(f64::NAN),
+                        "two_sided",
+                        base.unwrap_or(f64::NAN),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+        None => json!({"rank": me, "bench_bcast": "took part", "cases": cases.len()}).to_string(),
+    };
+    Ok(Finished {
+        line,
+        saw_failure: crate::saw_failure(&driver),
+    })
+}
+
+/// Brings every rank's `mine` (all of the same length) to rank 0 through the stack:
+/// rank `k > 0` broadcasts them to rank 0 as task `GATHER + k`. Rank 0 gets every
+/// rank's, its own first; the others get `None` (and must keep serving until rank 0
+/// has them).
+fn gather_at_zero<T: Transport>(
+    driver: &mut RankDriver<T>,
+    mine: &[f64],
+    limit: StdDuration,
+) -> Result<Option<Vec<Vec<f64>>>, String> {
+    let (me, n) = (driver.transport().rank(), driver.transport().size());
+    let bytes: Vec<u8> = mine.iter().flat_map(|t| t.to_le_bytes()).collect();
+    if me != 0 {
+        let spec =
+            PlanSpec::new(n, me).with_output(OutputSpec::new("times", bytes.len() as u64, vec![0]));
+        driver
+            .command(|stack, now| stack.start_broadcast(now, GATHER + me, spec, vec![bytes]))
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        return Ok(None);
+    }
+    driver
+        .run_until("every rank's times", limit, |stack, events| {
+            if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
+                return Some(Err(stop));
+            }
+            events.clear();
+            let bcast = stack.broadcaster();
+            let held = |k| bcast.and_then(|b| b.output(GATHER + k, 0)).is_some();
+            (1..n).all(held).then_some(Ok(()))
+        })
+        .map_err(|e| e.to_string())??;
+    let bcast = driver
+        .machine()
+        .broadcaster()
+        .ok_or("the gather's broadcasts left no trace")?;
+    let mut all = vec![mine.to_vec()];
+    for k in 1..n {
+        let part = bcast
+            .output(GATHER + k, 0)
+            .filter(|b| b.len() == bytes.len())
+            .ok_or_else(|| format!("rank {k}'s times are missing or of another length"))?;
+        all.push(
+            part.chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+        );
+    }
+    Ok(Some(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_give_different_subsets_to_the_destinations() {
+        assert_eq!(case_dests(8, 1, 0), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(case_dests(8, 4, 0), [2, 3, 4, 6, 7]);
+        assert_eq!(case_dests(8, 4, 3), [1, 2, 3, 5, 6, 7]);
+        let spec = case_spec(8, 1024, 4);
+        spec.validate().unwrap();
+        let plan = ft_bcast::Plan::build(spec).unwrap();
+        // Ranks with the same (r - 1) mod 4 need the same outputs: four classes.
+        assert_eq!(plan.stats().trees, 4);
+    }
+
+    #[test]
+    fn data_frames_name_their_repetition_output_and_offset() {
+        let mut frame = DATA_MAGIC.to_vec();
+        frame.extend_from_slice(&7u32.to_le_bytes());
+        frame.extend_from_slice(&2u16.to_le_bytes());
+        frame.extend_from_slice(&3u32.to_le_bytes());
+        frame.extend_from_slice(b"data");
+        assert_eq!(parse_data(&frame, 7, 4), Some((2, 3 * MAX_CHUNK)));
+        assert_eq!(parse_data(&frame, 8, 4), None, "another repetition");
+        assert_eq!(parse_data(&frame, 7, 2), None, "an output out of range");
+        assert_eq!(parse_data(&frame[..DATA_HEADER - 1], 7, 4), None);
+    }
+
+    #[test]
+    fn the_two_sided_trees_are_binomial_over_each_outputs_members() {
+        let case = Case::new(8, 2, 1024, 4);
+        let trees = raw_trees(&case, 2);
+        // Output 1's members are 0, 1, 3, 4, 5, 7; rank 2 is not one of them.
+        assert_eq!(trees[1], (None, Vec::new()));
+        assert!(trees[0].0.is_some());
+        assert_eq!(case.needs.iter().collect::<Vec<_>>(), [0, 2, 3]);
+    }
+}
