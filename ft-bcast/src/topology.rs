@@ -20,6 +20,7 @@ use core::fmt;
 use core::num::NonZeroU32;
 use core::str::FromStr;
 
+use ft_core::tree::{binomial_children, binomial_parent};
 use ft_core::{FailureView, Rank, RankSet};
 
 /// The shape of an activation tree.
@@ -44,7 +45,7 @@ impl Topology {
         Some(match self {
             Topology::Star => 0,
             Topology::Chain => i - 1,
-            Topology::Binomial => i & (i - 1),
+            Topology::Binomial => binomial_parent(i as u64).unwrap_or(0) as usize,
             Topology::Kary(k) => (i - 1) / k.get() as usize,
         })
     }
@@ -52,34 +53,24 @@ impl Topology {
     /// The child positions of position `i` in a tree of `len` members, in increasing
     /// order.
     pub fn children(self, i: usize, len: usize) -> impl Iterator<Item = usize> {
-        let (range, binomial) = match self {
-            Topology::Star if i == 0 => (1..len + 1, false),
-            Topology::Star => (0..0, false),
-            Topology::Chain => (i + 1..(i + 2).min(len + 1), false),
+        let range = match self {
+            Topology::Star if i == 0 => 1..len + 1,
+            Topology::Star | Topology::Binomial => 0..0,
+            Topology::Chain => i + 1..(i + 2).min(len + 1),
             Topology::Kary(k) => {
                 let k = k.get() as usize;
                 let first = i.saturating_mul(k).saturating_add(1);
                 let end = first.saturating_add(k).min(len.saturating_add(1));
-                (first..end.max(first), false)
+                first..end.max(first)
             }
-            Topology::Binomial => (0..usize::BITS as usize, true),
         };
-        // Binomial: children are i + 2^b for every 2^b below i's lowest set bit (any b
-        // for the root), as long as they exist.
-        let lowest = if i == 0 {
-            usize::MAX
-        } else {
-            i & i.wrapping_neg()
-        };
-        range
-            .filter_map(move |x| {
-                if !binomial {
-                    return Some(x);
-                }
-                let step = 1usize.checked_shl(x as u32)?;
-                (step < lowest).then_some(i.checked_add(step)?)
-            })
-            .filter(move |c| *c <= len)
+        // Binomial: the layout ft-core's agreement uses too, over positions `0..=len`.
+        let binomial = (self == Topology::Binomial).then(|| {
+            binomial_children(i as u64, (len as u64).saturating_add(1))
+                .rev()
+                .map(|c| c as usize)
+        });
+        range.chain(binomial.into_iter().flatten())
     }
 
     /// The depth of position `i` (edges from the root).

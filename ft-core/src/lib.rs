@@ -30,6 +30,7 @@ pub mod rankset;
 pub mod rng;
 pub mod shrink;
 pub mod time;
+pub mod tree;
 pub mod view;
 pub mod wire;
 

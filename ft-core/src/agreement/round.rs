@@ -1,5 +1,6 @@
-//! The ballot rounds: the binomial tree over a ballot's participants and one rank's part
-//! in one ballot (promise and acceptance gathers, repaired in place around deaths).
+//! The ballot rounds: one rank's part in one ballot over the binomial tree of the
+//! ballot's participants ([`crate::tree::LiveTree`]): promise and acceptance gathers,
+//! repaired in place around deaths.
 
 use alloc::vec::Vec;
 
@@ -9,77 +10,7 @@ use super::Ballot;
 use crate::error::FrameError;
 use crate::rank::Rank;
 use crate::rankset::RankSet;
-use crate::shrink::Survivors;
-
-/// The binomial tree over the ranks outside an excluded set.
-#[derive(Clone, Debug)]
-pub(super) struct Tree {
-    pub(super) live: Survivors,
-}
-
-impl Tree {
-    pub(super) fn new(excluded: &RankSet) -> Self {
-        Tree {
-            live: Survivors::new(excluded),
-        }
-    }
-    pub(super) fn root(&self) -> Option<Rank> {
-        self.live.old_rank(0)
-    }
-    pub(super) fn parent(&self, r: Rank) -> Option<Rank> {
-        let i = self.live.new_rank(r)?;
-        if i == 0 {
-            None
-        } else {
-            self.live.old_rank(i & (i - 1))
-        }
-    }
-    /// Children of `r`, biggest subtree first.
-    pub(super) fn children(&self, r: Rank) -> Vec<Rank> {
-        let Some(i) = self.live.new_rank(r) else {
-            return Vec::new();
-        };
-        let m = u64::from(self.live.len());
-        let limit = if i == 0 {
-            1u64 << 32
-        } else {
-            1u64 << i.trailing_zeros()
-        };
-        let mut out = Vec::new();
-        let mut step = limit >> 1;
-        while step >= 1 {
-            let c = u64::from(i) + step;
-            if c < m {
-                if let Some(old) = self.live.old_rank(c as Rank) {
-                    out.push(old);
-                }
-            }
-            step >>= 1;
-        }
-        out
-    }
-    /// Whether `a` is a proper ancestor of `r` (both participants).
-    pub(super) fn is_ancestor(&self, a: Rank, r: Rank) -> bool {
-        let (Some(i), Some(mut j)) = (self.live.new_rank(a), self.live.new_rank(r)) else {
-            return false;
-        };
-        // The ancestors of index `j` are `j` with its low set bits cleared one by one.
-        while j > i {
-            j &= j - 1;
-            if j == i {
-                return true;
-            }
-        }
-        false
-    }
-    pub(super) fn is_inner(&self, r: Rank) -> bool {
-        match self.live.new_rank(r) {
-            Some(0) => self.live.len() > 1,
-            Some(i) => i & 1 == 0 && i + 1 < self.live.len(),
-            None => false,
-        }
-    }
-}
+pub(super) use crate::tree::LiveTree as Tree;
 
 /// Where a rank stands in the round it takes part in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,33 +102,14 @@ impl Round {
 
     /// This rank's nearest live ancestor: where its answers go.
     pub(super) fn up(&self, me: Rank, dead: &RankSet) -> Option<Rank> {
-        let mut at = me;
-        while let Some(p) = self.tree.parent(at) {
-            if !dead.contains(p) {
-                return Some(p);
-            }
-            at = p;
-        }
-        None
-    }
-
-    /// The live ranks below `r` whose path to `r` is all dead (`r` excluded): where a
-    /// broadcast goes in place of `r`'s children.
-    pub(super) fn live_below(&self, r: Rank, dead: &RankSet, out: &mut Vec<Rank>) {
-        for c in self.tree.children(r) {
-            if dead.contains(c) {
-                self.live_below(c, dead, out);
-            } else {
-                out.push(c);
-            }
-        }
+        self.tree.nearest_live_ancestor(me, dead)
     }
 
     /// Sends a broadcast message of this round to the live ranks below `under` (this
     /// rank for a first send; a dead child when passing on for it).
     pub(super) fn send_below(&self, io: &mut Io<'_>, epoch: u32, under: Rank, msg: &Msg) {
         let mut to = Vec::new();
-        self.live_below(under, io.dead, &mut to);
+        self.tree.live_below(under, io.dead, &mut to);
         for c in to {
             io.send(c, epoch, msg);
         }
