@@ -3,7 +3,8 @@
  * Five ranks; rank 4 is killed. Every survivor validates globally (each on its own
  * thread: validate_global is collective), then rank 0 prints its views, queries rank
  * states (first with a buffer too small: FT_ERR_SIZE names the count needed),
- * recognizes the dead rank and renumbers the shrunk group. Asserts on every result.
+ * recognizes the dead rank and renumbers the shrunk group, then broadcasts a buffer
+ * from rank 0 to ranks 1 and 2. Asserts on every result.
  *
  * Build and run (from the repository root, after `cargo build --release -p ft-capi`):
  *   cc -Wall -Wextra -O2 examples/c/sim_views.c -Ift-capi/include \
@@ -14,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ft.h"
@@ -115,6 +117,24 @@ int main(void) {
     uint32_t new_rank;
     CHECK(ft_shrink_rank(me, 3, &new_rank));
     assert(new_rank == 3 && ft_shrink_rank(me, VICTIM, &new_rank) == FT_ERR_RANK);
+
+    /* A broadcast rooted at rank 0 for ranks 1 and 2, in the caller's buffers: the data
+     * is copied at the start, and a destination's buffer too small is FT_ERR_SIZE with
+     * the length needed. The dead rank is left out of the tree. */
+    uint8_t data[1000], got[1000], tiny[10];
+    for (int i = 0; i < 1000; i++) data[i] = (uint8_t)(i * 7);
+    uint32_t dests[2] = {1, 2};
+    ft_bcast_output output = {data, sizeof data, dests, 2};
+    CHECK(ft_bcast_start(me, 42, FT_TOPO_BINOMIAL, 0, FT_STRATEGY_PER_CLASS, 1, &output));
+    uint64_t len = 0;
+    rc = ft_bcast_wait(ft_sim_rank(group, 2), 42, 0, tiny, sizeof tiny, &len, 60000);
+    assert(rc == FT_ERR_SIZE && len == sizeof data);
+    for (uint32_t r = 1; r <= 2; r++) {
+        CHECK(ft_bcast_wait(ft_sim_rank(group, r), 42, 0, got, sizeof got, &len, 60000));
+        assert(len == sizeof data && memcmp(got, data, sizeof data) == 0);
+    }
+    printf("broadcast: ranks 1 and 2 got the %u bytes\n", (unsigned)len);
+    for (uint32_t r = 0; r <= 2; r++) CHECK(ft_bcast_release(ft_sim_rank(group, r), 42));
 
     /* The killed rank's handle reports the stop. */
     rc = ft_validate_local(ft_sim_rank(group, VICTIM), &num_failed, &num_new);

@@ -217,8 +217,10 @@ int ft_validate_local(const struct ft_handle *h, uint32_t *num_failed, uint32_t 
 
 // `validate_global`, collective: every live rank calls it; blocks until the
 // survivors agree on `G` (they do even when ranks die during the call), then writes
-// `|G|` and how many ranks this validation added to it. Thread-safe: a second thread
-// of this rank calling it while it runs joins the running validation.
+// `|G|` and how many ranks this validation added to it. Thread-safe, but collective
+// per rank: a second thread's call that arrives while a validation runs here joins
+// it, one that arrives after starts the next validation, so let one thread per rank
+// (the comm thread) make the collective calls.
 //
 // # Safety
 // `h` is null or an open handle; the out-pointers are null or valid for writes.

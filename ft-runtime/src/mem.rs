@@ -326,6 +326,30 @@ mod loom_tests {
         });
     }
 
+    /// Two frames from one sender to a receiver that waits between them: both arrive,
+    /// in send order, in every interleaving.
+    #[test]
+    fn frames_of_one_sender_keep_their_order() {
+        model("mem: frames_of_one_sender_keep_their_order", || {
+            let net = MemNet::new(2);
+            let mut sender = net.endpoint(0);
+            let thread = thread::spawn(move || {
+                sender.send(1, b"1").unwrap();
+                sender.send(1, b"2").unwrap();
+            });
+            let mut receiver = net.endpoint(1);
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                match receiver.try_recv().unwrap() {
+                    Some(Received::Frame { bytes, .. }) => got.push(bytes[0]),
+                    _ => receiver.wait(StdDuration::from_secs(1)).unwrap(),
+                }
+            }
+            assert_eq!(got, b"12");
+            thread.join().unwrap();
+        });
+    }
+
     /// The waker (an application thread submitting a command) ends the wait in every
     /// interleaving, whether it fires before or during it.
     #[test]

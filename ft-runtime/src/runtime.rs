@@ -397,8 +397,10 @@ impl Runtime {
     }
 
     /// `validate_global`, collective over the survivors: blocks until they agree. A
-    /// second thread of this rank calling it while one validation runs here joins that
-    /// validation (and gets its result) instead of starting another.
+    /// second thread of this rank whose call reaches the progress thread while a
+    /// validation runs here joins that validation (and gets its result); a call that
+    /// arrives after it finished starts the next one, which the other ranks must join
+    /// too. So let one thread per rank (the comm thread) own the collective calls.
     pub fn validate_global(&self) -> Result<GlobalValidation, RuntimeError> {
         match self.call(Command::ValidateGlobal)? {
             Outcome::Global(result) => Ok(result),

@@ -14,6 +14,11 @@
 //!   waiter; a ticket that was not completed before the close fails with
 //!   [`Stopped`], and later submissions fail at once.
 //!
+//! The queues are heap-allocated, not fixed-capacity (`heapless`): a bounded command
+//! queue would have to refuse or block an application thread when full, yet the number
+//! of commands in flight is bounded only by the application's threads, and commands
+//! and outcomes own heap data anyway (broadcast payloads, agreed sets of any size).
+//!
 //! Invariants (checked by the loom tests under `cfg(loom)`): every outcome reaches the
 //! holder of its ticket exactly once; a waiter never sleeps through its completion or
 //! the close (no lost wake-up); snapshot versions seen by any one reader never go back.
