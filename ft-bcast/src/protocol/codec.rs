@@ -117,7 +117,7 @@ impl Broadcaster {
     /// Feeds a frame whose header was already decoded and checked against this
     /// broadcaster's communicator (by a layer that dispatches on
     /// [`FrameKind::family`]); `r` is positioned after the header. The same as
-    /// [`Protocol::handle_message`] without decoding the header a second time.
+    /// [`Protocol::handle_message`](ft_core::Protocol::handle_message) without decoding the header a second time.
     pub fn handle_frame(
         &mut self,
         _now: Instant,

@@ -13,7 +13,7 @@
 //!    needs and fetch set), so the child can activate its own children and re-attach
 //!    orphans after a failure.
 //! 3. The child **requests** (`BcastRequest`) its fetch set from its parent. The parent
-//!    answers with **data** (`BcastData`, chunks of at most [`wire::MAX_CHUNK`] bytes)
+//!    answers with **data** (`BcastData`, chunks of at most [`wire::MAX_CHUNK`](ft_core::wire::MAX_CHUNK) bytes)
 //!    for every requested output it holds completely. A request for an output not held
 //!    yet, or arriving before the activation, is queued: never dropped, never answered
 //!    with missing data.
@@ -37,7 +37,7 @@
 //! Peer input never panics: malformed frames, out-of-range ranks or output indices,
 //! sizes over [`Config::max_output_bytes`] (or, for all outputs of a broadcast together,
 //! over [`Config::max_task_bytes`]), inconsistent subtrees and data that does not match
-//! its announced size are rejected with a [`FrameError`] and change nothing.
+//! its announced size are rejected with a [`FrameError`](ft_core::FrameError) and change nothing.
 //!
 //! **Memory.** An announced size costs nothing by itself: an output's buffer grows with
 //! the data that actually arrives (its in-order prefix, plus chunks that overtook it),

@@ -16,7 +16,7 @@ impl Broadcaster {
     /// The communicator was revoked: every task still in flight here (this rank lacks
     /// some of what it fetches, or still owes data to a child) fails with
     /// [`BcastEvent::Failed`]; later `start_broadcast` calls are refused and broadcast
-    /// frames are dropped with [`FrameError::Revoked`]. Finished tasks keep their data.
+    /// frames are dropped with [`FrameError::Revoked`](ft_core::FrameError::Revoked). Finished tasks keep their data.
     pub fn revoke(&mut self, _now: Instant) {
         if self.revoked {
             return;
