@@ -13,13 +13,17 @@
 //!    needs and fetch set), so the child can activate its own children and re-attach
 //!    orphans after a failure.
 //! 3. The child **requests** (`BcastRequest`) its fetch set from its parent. The parent
-//!    answers with **data** (`BcastData`, chunks of at most [`wire::MAX_CHUNK`](ft_core::wire::MAX_CHUNK) bytes)
-//!    for every requested output it holds completely. A request for an output not held
-//!    yet, or arriving before the activation, is queued: never dropped, never answered
-//!    with missing data.
-//! 4. When a rank holds every output it needs in a tree, it **releases** them locally
-//!    ([`BcastEvent::Released`]). It activates a child only once it holds everything that
-//!    child fetches, so the child's request is normally answered at once.
+//!    answers with **data** (`BcastData`, chunks of at most
+//!    [`wire::MAX_CHUNK`](ft_core::wire::MAX_CHUNK) bytes, in order) for every requested
+//!    output it holds or fetches itself. **Pipelining:** a relay sends chunk `c` on as
+//!    soon as it holds the output's bytes up to the end of `c` (its in-order prefix); a
+//!    stream that catches up with the data waits for the next chunk, never sends what
+//!    has not arrived. A request arriving before the activation (which announces the
+//!    outputs' sizes) is queued: never dropped, never answered with missing data.
+//! 4. A rank activates its children as soon as it is activated itself and knows its
+//!    whole subtree (it need not hold their data yet: they fetch it as it arrives). When
+//!    a rank holds every output it needs in a tree, it **releases** them locally
+//!    ([`BcastEvent::Released`]).
 //!
 //! **Repair.** [`Broadcaster::on_rank_failed`] tells the machine a rank died. In every
 //! tree, a rank whose parent died re-requests its missing outputs from its nearest live

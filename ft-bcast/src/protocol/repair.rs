@@ -36,6 +36,7 @@ impl Broadcaster {
             .filter(|(id, t)| {
                 !t.abandoned
                     && (streaming.contains(id)
+                        || !t.parked.is_empty()
                         || !t.waiting.is_empty()
                         || t.trees
                             .values()
@@ -68,6 +69,7 @@ impl Broadcaster {
             let mut abandoned = false;
             if let Some(t) = self.tasks.get_mut(&id) {
                 t.waiting.retain(|w| w.child != rank);
+                t.parked.retain(|p| p.to != rank);
                 t.served.remove(&rank);
                 for (&tree_id, tree) in t.trees.iter_mut() {
                     tree.recompute_direct(me, &self.dead);

@@ -1,10 +1,12 @@
 //! Serving and forwarding: what this rank does with an activation, a subtree part, a
-//! request or a chunk of data once decoded, and what it sends next. Requests for
-//! outputs not held yet (or before the activation) are queued, never dropped; an output
-//! is streamed to a child once this rank holds all of it; a child is activated once
-//! this rank holds everything the child fetches. [`Protocol`] is the machine's face:
-//! `poll_transmit` encodes queued frames and streams one chunk at a time.
-
+//! request or a chunk of data once decoded, and what it sends next. A child is
+//! activated as soon as this rank is activated and knows its subtree; requests for
+//! outputs whose size is not announced yet (before the activation) are queued, never
+//! dropped; an output this rank holds or fetches is streamed to a requesting child
+//! chunk by chunk as far as its in-order prefix has arrived, and a stream that catches
+//! up waits (`Task::parked`) until the next chunk comes (pipelining down the tree).
+//! [`Protocol`] is the machine's face: `poll_transmit` encodes queued frames and
+//! streams one chunk at a time.
 use alloc::vec::Vec;
 use hashbrown::{HashMap, HashSet};
 
@@ -13,7 +15,7 @@ use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
-    absorb_parts, missing_from, validate_entries, Entry, Outgoing, TreeState, Waiting,
+    absorb_parts, missing_from, validate_entries, Entry, Outgoing, Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -44,16 +46,14 @@ impl Broadcaster {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
-        // Queued requests: stream every output now held.
+        // Queued requests: stream every output this rank holds or fetches (its size is
+        // announced), as far as its data has arrived; the stream waits for the rest.
+        let announced = |j: u32| t.sizes.contains_key(&j);
         let mut streams: Vec<(Rank, u32)> = Vec::new();
         for w in &mut t.waiting {
-            let ready: Vec<u32> = w
-                .outputs
-                .iter()
-                .filter(|&j| t.complete.contains(j))
-                .collect();
+            let ready: Vec<u32> = w.outputs.iter().filter(|&j| announced(j)).collect();
             let mut left = OutputSet::new();
-            for j in w.outputs.iter().filter(|&j| !t.complete.contains(j)) {
+            for j in w.outputs.iter().filter(|&j| !announced(j)) {
                 left.insert(j);
             }
             for j in ready {
@@ -87,7 +87,7 @@ impl Broadcaster {
                 let e = &tree.entries[i];
                 if tree.activated.contains(&e.child)
                     || self.dead.contains(e.child)
-                    || !e.fetch.is_subset(&t.complete)
+                    || !e.fetch.iter().all(|j| t.sizes.contains_key(&j))
                 {
                     continue;
                 }
@@ -322,11 +322,27 @@ impl Broadcaster {
         if t.complete.contains(output) {
             return Ok(());
         }
-        if t.buffers
-            .entry(output)
-            .or_default()
-            .add(size, offset, chunk)
-        {
+        let buffer = t.buffers.entry(output).or_default();
+        let before = buffer.data.len();
+        let complete = buffer.add(size, offset, chunk);
+        if buffer.data.len() > before {
+            // Streams of this output waiting for data go on from where they stopped.
+            let mut k = 0;
+            while k < t.parked.len() {
+                if t.parked[k].output == output {
+                    let Parked { to, output, offset } = t.parked.swap_remove(k);
+                    self.out.push_back(Outgoing::Stream {
+                        to,
+                        task,
+                        output,
+                        offset,
+                    });
+                } else {
+                    k += 1;
+                }
+            }
+        }
+        if complete {
             t.complete.insert(output);
             self.progress(task);
         }
@@ -361,22 +377,31 @@ impl Protocol for Broadcaster {
                     output,
                     offset,
                 } => {
-                    let Some(data) = self.output(task, output) else {
-                        continue;
-                    };
-                    let total = data.len() as u64;
-                    let end = (offset + MAX_CHUNK as u64).min(total);
-                    let mut w = Header {
+                    let head = Header {
                         kind: FrameKind::BcastData,
                         comm: self.cfg.comm,
                         epoch: task,
                         sender: self.cfg.me,
+                    };
+                    let Some(t) = self.tasks.get_mut(&task) else {
+                        continue;
+                    };
+                    let Some(&total) = t.sizes.get(&output) else {
+                        continue;
+                    };
+                    let end = (offset + MAX_CHUNK as u64).min(total);
+                    // The in-order prefix held so far: the next chunk goes as soon as it
+                    // is there (pipelining), else the stream waits for it.
+                    let held = t.buffers.get(&output).map_or(&[][..], |b| &b.data[..]);
+                    if (held.len() as u64) < end {
+                        t.parked.push(Parked { to, output, offset });
+                        continue;
                     }
-                    .start();
+                    let mut w = head.start();
                     w.put_varint(output.into())
                         .put_varint(total)
                         .put_varint(offset)
-                        .put_bytes(&data[offset as usize..end as usize]);
+                        .put_bytes(&held[offset as usize..end as usize]);
                     let frame = w.finish();
                     if end < total {
                         self.out.push_back(Outgoing::Stream {

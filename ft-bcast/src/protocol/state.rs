@@ -146,7 +146,19 @@ pub(super) struct Task {
     /// Subtree parts not yet absorbed (out of order, or before their activation):
     /// (tree, sender, position of the first entry, entries).
     pub(super) parts: Vec<(u32, Rank, usize, Vec<Entry>)>,
+    /// Streams that caught up with the data this rank holds, waiting for more (woken
+    /// by the next chunk of their output).
+    pub(super) parked: Vec<Parked>,
     pub(super) abandoned: bool,
+}
+
+/// A stream of an output to a child, stopped at `offset` until the data past it
+/// arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Parked {
+    pub(super) to: Rank,
+    pub(super) output: u32,
+    pub(super) offset: u64,
 }
 
 #[derive(Debug)]

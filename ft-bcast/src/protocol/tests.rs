@@ -247,6 +247,57 @@ fn chunked_outputs_survive_a_relay_dying_mid_transfer() {
 }
 
 #[test]
+fn a_relay_forwards_each_chunk_as_soon_as_it_holds_it() {
+    // Chain 0 -> 1 -> 2, one output of three chunks. Everything but data flows freely;
+    // rank 0's chunks reach rank 1 one at a time, and after each, rank 1 must already
+    // have sent that chunk on to rank 2 (it holds only part of the output).
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("big", 3 * MAX_CHUNK as u64 - 5, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let data = payload(0, plan.spec().outputs[0].bytes);
+    let mut net = Net::new(3, 1);
+    net.ranks[0]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, vec![data.clone()])
+        .unwrap();
+    net.drain(0);
+    let is_data = |f: &(Rank, Rank, Vec<u8>)| f.2[1] == FrameKind::BcastData as u8;
+    let mut forwarded = 0;
+    loop {
+        // Deliver every control frame, and rank 1's data to rank 2.
+        while let Some(k) = net.frames.iter().position(|f| !is_data(f) || f.0 == 1) {
+            forwarded += usize::from(is_data(&net.frames[k]));
+            net.deliver(k);
+        }
+        // The next chunk in order (the network may have reordered them).
+        let offset = |f: &(Rank, Rank, Vec<u8>)| {
+            let ctx = wire::Context { comm: 9, n: 3 };
+            let (_, mut r) = Header::decode(&f.2, ctx, f.0).unwrap();
+            r.varint().unwrap(); // output
+            r.varint().unwrap(); // total
+            r.varint().unwrap()
+        };
+        let Some(k) = (0..net.frames.len())
+            .filter(|&k| net.frames[k].0 == 0 && net.frames[k].1 == 1)
+            .min_by_key(|&k| offset(&net.frames[k]))
+        else {
+            break;
+        };
+        net.deliver(k);
+        let relayed = net.frames.iter().filter(|f| is_data(f) && f.0 == 1).count();
+        let output_at_1 = net.ranks[1].as_ref().unwrap().output(5, 0);
+        assert!(
+            relayed == 1 || output_at_1.is_some(),
+            "rank 1 holds a chunk it has not passed on (relayed {relayed})"
+        );
+    }
+    assert_eq!(forwarded, 3, "three chunks relayed to rank 2");
+    assert_eq!(net.ranks[2].as_ref().unwrap().output(5, 0), Some(&data[..]));
+}
+
+#[test]
 fn a_request_before_the_activation_is_queued_not_dropped() {
     let spec = PlanSpec::new(3, 0)
         .with_topology(Topology::Chain)
