@@ -22,7 +22,7 @@
 //! **Memory.** Every repetition is a new broadcast task, and the stack keeps a finished
 //! task's outputs (`RankStack` has no command to forget one), so a rank holds every
 //! output it took part in until the job ends: about `reps · Σ bytes · outputs` at the
-//! root over all cases (about 320 MiB for the defaults).
+//! root over all cases (about 400 MiB for the defaults).
 
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 

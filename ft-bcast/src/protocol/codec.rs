@@ -1,0 +1,283 @@
+//! The broadcast's typed frames and their codec: an activation (`BcastActivate`) and
+//! the parts of a subtree that did not fit it (`BcastSubtree`), a request
+//! (`BcastRequest`) and a chunk of data (`BcastData`). Output sets travel as a count
+//! and gaps (varints), subtree entries as child, parent, needs and fetch set.
+//!
+//! Decoding checks everything a peer controls before any state changes: counts within
+//! the frame, output indices under [`Config::max_outputs`](super::Config), each
+//! entry's needs within its fetch set; [`Broadcaster::handle_frame`] then hands the
+//! decoded frame to the serving code (`on_activate`, ...), which checks it against the
+//! broadcast's state.
+
+use alloc::vec::Vec;
+use hashbrown::{HashMap, HashSet};
+
+use ft_core::wire::{self, FrameKind, Header, Reader, Writer};
+use ft_core::{FrameError, Instant, Rank};
+
+use super::state::{Entry, TreeState};
+use super::Broadcaster;
+use crate::outputs::OutputSet;
+
+/// Ancestors carried in an activation: the root and the nearest ones. If all the
+/// nearest die, the root (which holds everything) is the fallback.
+pub(super) const MAX_ANCESTORS: usize = 64;
+
+pub(super) fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+pub(super) fn set_len(set: &OutputSet) -> usize {
+    let mut len = varint_len(set.len() as u64);
+    let mut prev: Option<u32> = None;
+    for j in set {
+        len += varint_len(u64::from(prev.map_or(j, |p| j - p - 1)));
+        prev = Some(j);
+    }
+    len
+}
+
+pub(super) fn put_set(w: &mut Writer, set: &OutputSet) {
+    w.put_varint(set.len() as u64);
+    let mut prev: Option<u32> = None;
+    for j in set {
+        w.put_varint(u64::from(prev.map_or(j, |p| j - p - 1)));
+        prev = Some(j);
+    }
+}
+
+pub(super) fn read_set(r: &mut Reader<'_>, max: u32) -> Result<OutputSet, FrameError> {
+    let count = r.varint()?;
+    if count > r.remaining() as u64 {
+        return Err(FrameError::Truncated);
+    }
+    let mut set = OutputSet::new();
+    let mut next_min: u64 = 0;
+    for _ in 0..count {
+        let j = next_min
+            .checked_add(r.varint()?)
+            .ok_or(FrameError::Malformed("output index overflow"))?;
+        if j >= u64::from(max) {
+            return Err(FrameError::Malformed("output index over the limit"));
+        }
+        set.insert(j as u32);
+        next_min = j + 1;
+    }
+    Ok(set)
+}
+
+pub(super) fn entry_len(e: &Entry) -> usize {
+    varint_len(e.child.into()) + varint_len(e.parent.into()) + set_len(&e.needs) + set_len(&e.fetch)
+}
+
+pub(super) fn put_entry(w: &mut Writer, e: &Entry) {
+    w.put_rank(e.child).put_rank(e.parent);
+    put_set(w, &e.needs);
+    put_set(w, &e.fetch);
+}
+
+pub(super) fn read_entries(r: &mut Reader<'_>, max: u32) -> Result<Vec<Entry>, FrameError> {
+    let count = r.varint()?;
+    if count > r.remaining() as u64 {
+        return Err(FrameError::Truncated);
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let child = r.rank()?;
+        let parent = r.rank()?;
+        let needs = read_set(r, max)?;
+        let fetch = read_set(r, max)?;
+        if !needs.is_subset(&fetch) {
+            return Err(FrameError::Malformed(
+                "subtree entry needs more than it fetches",
+            ));
+        }
+        entries.push(Entry {
+            child,
+            parent,
+            needs,
+            fetch,
+        });
+    }
+    Ok(entries)
+}
+
+/// A decoded activation.
+pub(super) struct Activation {
+    pub(super) tree: u32,
+    pub(super) ancestors: Vec<Rank>,
+    pub(super) needs: OutputSet,
+    pub(super) fetch: OutputSet,
+    pub(super) sizes: Vec<(u32, u64)>,
+    pub(super) expected: usize,
+    pub(super) entries: Vec<Entry>,
+}
+
+impl Broadcaster {
+    /// Feeds a frame whose header was already decoded and checked against this
+    /// broadcaster's communicator (by a layer that dispatches on
+    /// [`FrameKind::family`]); `r` is positioned after the header. The same as
+    /// [`Protocol::handle_message`](ft_core::Protocol::handle_message) without decoding the header a second time.
+    pub fn handle_frame(
+        &mut self,
+        _now: Instant,
+        h: &Header,
+        mut r: Reader<'_>,
+    ) -> Result<(), FrameError> {
+        let from = h.sender;
+        if self.dead.contains(from) {
+            return Err(FrameError::FromFailedRank(from));
+        }
+        // No correct peer is this rank: answering would make it send frames to itself.
+        if from == self.cfg.me {
+            return Err(FrameError::Malformed("frame from self"));
+        }
+        if self.revoked {
+            return Err(FrameError::Revoked);
+        }
+        let max = self.cfg.max_outputs;
+        match h.kind {
+            FrameKind::BcastActivate => {
+                let tree = r.varint_u32()?;
+                let count = r.varint()?;
+                if count == 0 || count > r.remaining() as u64 || count > MAX_ANCESTORS as u64 + 1 {
+                    return Err(FrameError::Malformed("bad ancestor count"));
+                }
+                let mut ancestors = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    ancestors.push(r.rank()?);
+                }
+                let needs = read_set(&mut r, max)?;
+                let fetch = read_set(&mut r, max)?;
+                let mut sizes = Vec::with_capacity(fetch.len());
+                for j in &fetch {
+                    sizes.push((j, r.varint()?));
+                }
+                let expected = usize::try_from(r.varint()?)
+                    .map_err(|_| FrameError::Malformed("subtree size overflows"))?;
+                let entries = read_entries(&mut r, max)?;
+                r.finish()?;
+                self.on_activate(
+                    h.epoch,
+                    from,
+                    Activation {
+                        tree,
+                        ancestors,
+                        needs,
+                        fetch,
+                        sizes,
+                        expected,
+                        entries,
+                    },
+                )
+            }
+            FrameKind::BcastSubtree => {
+                let tree = r.varint_u32()?;
+                let first = usize::try_from(r.varint()?)
+                    .map_err(|_| FrameError::Malformed("subtree position overflows"))?;
+                let entries = read_entries(&mut r, max)?;
+                r.finish()?;
+                self.on_subtree(h.epoch, from, tree, first, entries)
+            }
+            FrameKind::BcastRequest => {
+                let _tree = r.varint_u32()?;
+                let outputs = read_set(&mut r, max)?;
+                r.finish()?;
+                self.on_request(h.epoch, from, outputs)
+            }
+            FrameKind::BcastData => {
+                let output = r.varint_u32()?;
+                let total = r.varint()?;
+                let offset = r.varint()?;
+                let chunk = r.bytes()?;
+                r.finish()?;
+                self.on_data(h.epoch, output, total, offset, chunk)
+            }
+            other => Err(FrameError::UnexpectedKind(other as u8)),
+        }
+    }
+}
+
+/// The activation of the child at `tree.entries[at]`, split into frames of at most
+/// `cap` bytes: a `BcastActivate` and as many `BcastSubtree` as the subtree needs.
+pub(super) fn activation_frames(
+    head: Header,
+    tree_id: u32,
+    tree: &TreeState,
+    at: usize,
+    sizes: &HashMap<u32, u64>,
+    cap: usize,
+) -> Vec<Vec<u8>> {
+    let e = &tree.entries[at];
+    let child = e.child;
+    // The child's descendants, parent-first.
+    let mut inside: HashSet<Rank> = HashSet::new();
+    inside.insert(child);
+    let mut subtree: Vec<&Entry> = Vec::new();
+    for d in &tree.entries[at + 1..] {
+        if inside.contains(&d.parent) {
+            inside.insert(d.child);
+            subtree.push(d);
+        }
+    }
+    let mut ancestors: Vec<Rank> = Vec::with_capacity(MAX_ANCESTORS + 1);
+    if tree.ancestors.len() + 1 > MAX_ANCESTORS {
+        ancestors.push(tree.ancestors[0]);
+        let skip = tree.ancestors.len() + 1 - (MAX_ANCESTORS - 1);
+        ancestors.extend_from_slice(&tree.ancestors[skip..]);
+    } else {
+        ancestors.extend_from_slice(&tree.ancestors);
+    }
+    ancestors.push(head.sender);
+
+    let mut frames = Vec::new();
+    let mut w = head.start();
+    w.put_varint(tree_id.into());
+    w.put_varint(ancestors.len() as u64);
+    let mut used = wire::HEADER_LEN + 5 + 5;
+    for &a in &ancestors {
+        w.put_rank(a);
+        used += varint_len(a.into());
+    }
+    put_set(&mut w, &e.needs);
+    put_set(&mut w, &e.fetch);
+    used += set_len(&e.needs) + set_len(&e.fetch);
+    for j in &e.fetch {
+        let s = sizes.get(&j).copied().unwrap_or(0);
+        w.put_varint(s);
+        used += varint_len(s);
+    }
+    w.put_varint(subtree.len() as u64);
+    used += 10;
+    let mut rest: &[&Entry] = &subtree;
+    let mut sent = 0usize;
+    let mut batch_start = used;
+    loop {
+        let mut take = 0;
+        let mut size = batch_start + 5;
+        while take < rest.len() && size + entry_len(rest[take]) <= cap {
+            size += entry_len(rest[take]);
+            take += 1;
+        }
+        // An entry always fits an empty frame (a few dozen bytes per output).
+        let take = take.max(usize::from(!rest.is_empty()));
+        w.put_varint(take as u64);
+        for d in &rest[..take] {
+            put_entry(&mut w, d);
+        }
+        frames.push(w.finish());
+        rest = &rest[take..];
+        sent += take;
+        if rest.is_empty() {
+            return frames;
+        }
+        w = Header {
+            kind: FrameKind::BcastSubtree,
+            ..head
+        }
+        .start();
+        w.put_varint(tree_id.into());
+        w.put_varint(sent as u64);
+        batch_start = wire::HEADER_LEN + 5 + 10;
+    }
+}

@@ -1,0 +1,401 @@
+//! The per-rank activation protocol: one [`Broadcaster`] per rank runs every broadcast
+//! that rank takes part in, with the library's one state-machine face
+//! ([`ft_core::Protocol`]).
+//!
+//! A broadcast (`task`, carried in the header's epoch field) follows a [`Plan`]:
+//!
+//! 1. The root calls [`Broadcaster::start_broadcast`] with the plan and the output
+//!    payloads (opaque bytes). It activates each of its children in every tree.
+//! 2. **Activation** (`BcastActivate`, continued by `BcastSubtree` when it does not fit
+//!    one frame) tells a child: the tree, its ancestors (root first, the sender last),
+//!    the outputs it needs for itself, the outputs it fetches (its needs plus what its
+//!    subtree needs), their sizes, and its subtree (every descendant with its parent,
+//!    needs and fetch set), so the child can activate its own children and re-attach
+//!    orphans after a failure.
+//! 3. The child **requests** (`BcastRequest`) its fetch set from its parent. The parent
+//!    answers with **data** (`BcastData`, chunks of at most
+//!    [`wire::MAX_CHUNK`](ft_core::wire::MAX_CHUNK) bytes, in order) for every requested
+//!    output it holds or fetches itself. **Pipelining:** a relay sends chunk `c` on as
+//!    soon as it holds the output's bytes up to the end of `c` (its in-order prefix); a
+//!    stream that catches up with the data waits for the next chunk, never sends what
+//!    has not arrived. A request arriving before the activation (which announces the
+//!    outputs' sizes) is queued: never dropped, never answered with missing data.
+//! 4. A rank activates its children as soon as it is activated itself and knows its
+//!    whole subtree (it need not hold their data yet: they fetch it as it arrives). When
+//!    a rank holds every output it needs in a tree, it **releases** them locally
+//!    ([`BcastEvent::Released`]).
+//!
+//! **Repair.** [`Broadcaster::on_rank_failed`] tells the machine a rank died. In every
+//! tree, a rank whose parent died re-requests its missing outputs from its nearest live
+//! ancestor (the root in the worst case), and a rank whose descendant died adopts that
+//! descendant's children (activating them itself). Every ancestor fetches a superset of
+//! what its descendants fetch, so the new source holds or will hold what is asked.
+//! Duplicate data (from the old and the new source) is recognised per chunk and ignored:
+//! every surviving destination releases exactly its outputs, once per tree.
+//!
+//! **Call order** (see [`ft_core::machine`]): feed frames with `handle_message`, failures
+//! with `on_rank_failed`, commands with `start_broadcast`; after each, drain
+//! `poll_transmit` then `poll_event`. The machine has no timer (failure detection is the
+//! detector's job): `poll_timeout` is always `None`.
+//!
+//! Peer input never panics: malformed frames, out-of-range ranks or output indices,
+//! sizes over [`Config::max_output_bytes`] (or, for all outputs of a broadcast together,
+//! over [`Config::max_task_bytes`]), inconsistent subtrees and data that does not match
+//! its announced size are rejected with a [`FrameError`](ft_core::FrameError) and change nothing.
+//!
+//! **Memory.** An announced size costs nothing by itself: an output's buffer grows with
+//! the data that actually arrives (its in-order prefix, plus chunks that overtook it),
+//! never past the announced size, so a peer can make this rank hold at most what it
+//! really sent, and at most [`Config::max_task_bytes`] per broadcast.
+//!
+//! **Layout.** `codec`: the typed frames (activation, subtree part, request, data)
+//! and their encoding and decoding; `state`: a broadcast's state at this rank (its
+//! trees, output buffers, queued requests and outgoing frames); `serve`: answering
+//! activations, requests and data, forwarding to children, and the
+//! [`ft_core::Protocol`] face; `repair`: failures and revocation.
+
+mod codec;
+mod repair;
+mod serve;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+use core::fmt;
+use hashbrown::{HashMap, HashSet};
+
+use ft_core::{Instant, Rank, RankSet};
+
+use crate::outputs::OutputSet;
+use crate::plan::Plan;
+use crate::spec::Strategy;
+use state::{Buffer, Entry, Outgoing, Task, TreeState};
+
+/// Settings of one rank's broadcaster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Communicator id carried by every frame.
+    pub comm: u32,
+    /// Communicator size.
+    pub n: u32,
+    /// This rank.
+    pub me: Rank,
+    /// Largest output a peer may announce (bounds the memory a frame can make us take).
+    pub max_output_bytes: u64,
+    /// Largest total of the output sizes announced for one broadcast (bounds the memory
+    /// one broadcast can make us take, however many outputs it has).
+    pub max_task_bytes: u64,
+    /// Output indices a peer may name are below this.
+    pub max_outputs: u32,
+}
+
+impl Config {
+    /// Rank `me` of communicator `comm` of `n` ranks; outputs up to 1 GiB, 4 GiB per
+    /// broadcast, 4096 outputs.
+    pub fn new(comm: u32, n: u32, me: Rank) -> Self {
+        Config {
+            comm,
+            n,
+            me,
+            max_output_bytes: 1 << 30,
+            max_task_bytes: 1 << 32,
+            max_outputs: 4096,
+        }
+    }
+}
+
+/// What the broadcaster reports to the application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BcastEvent {
+    /// This rank holds every output it needs in tree `tree` of `task`: read them with
+    /// [`Broadcaster::output`]. Reported once per tree the rank is a destination in.
+    Released {
+        /// The broadcast.
+        task: u32,
+        /// The tree.
+        tree: u32,
+        /// The outputs released.
+        outputs: OutputSet,
+    },
+    /// No live ancestor is left (the root died): `task` cannot complete at this rank.
+    Abandoned {
+        /// The broadcast.
+        task: u32,
+    },
+    /// The communicator was revoked while `task` was in flight at this rank: it fails
+    /// here with [`BcastError::Revoked`] and its state is dropped.
+    Failed {
+        /// The broadcast.
+        task: u32,
+        /// Why it failed.
+        error: BcastError,
+    },
+}
+
+/// A `start_broadcast` call was rejected; nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BcastError {
+    /// This rank is not the plan's root.
+    NotRoot {
+        /// The plan's root.
+        root: Rank,
+    },
+    /// The plan is for a communicator of another size.
+    WrongSize {
+        /// The plan's communicator size.
+        plan: u32,
+    },
+    /// `task` is already running here.
+    TaskInUse(u32),
+    /// The number of payloads differs from the number of outputs.
+    PayloadCount {
+        /// Outputs in the plan.
+        expected: usize,
+        /// Payloads given.
+        got: usize,
+    },
+    /// A payload's length differs from its output's size in the plan.
+    PayloadSize {
+        /// The output index.
+        output: usize,
+        /// Its size in the plan.
+        expected: u64,
+        /// The payload's length.
+        got: usize,
+    },
+    /// The plan has more outputs than [`Config::max_outputs`].
+    TooManyOutputs,
+    /// An output is larger than [`Config::max_output_bytes`], or all outputs together
+    /// are larger than [`Config::max_task_bytes`]: the receivers would refuse it.
+    TooLarge {
+        /// The output's size, or the total.
+        bytes: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
+    /// The communicator was revoked: no broadcast runs on it any more.
+    Revoked,
+}
+
+impl fmt::Display for BcastError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BcastError::NotRoot { root } => write!(f, "only the root ({root}) starts a broadcast"),
+            BcastError::WrongSize { plan } => {
+                write!(f, "plan is for a communicator of {plan} ranks")
+            }
+            BcastError::TaskInUse(t) => write!(f, "task {t} is already running"),
+            BcastError::PayloadCount { expected, got } => {
+                write!(f, "{got} payloads for {expected} outputs")
+            }
+            BcastError::PayloadSize {
+                output,
+                expected,
+                got,
+            } => write!(
+                f,
+                "output #{output}: payload of {got} bytes, plan says {expected}"
+            ),
+            BcastError::TooManyOutputs => f.write_str("more outputs than the configured limit"),
+            BcastError::TooLarge { bytes, limit } => {
+                write!(
+                    f,
+                    "{bytes} bytes of outputs, over the configured limit of {limit}"
+                )
+            }
+            BcastError::Revoked => f.write_str("the communicator was revoked"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BcastError {}
+
+/// One rank's activation protocol machine for every broadcast it takes part in.
+#[derive(Debug)]
+pub struct Broadcaster {
+    cfg: Config,
+    dead: RankSet,
+    tasks: BTreeMap<u32, Task>,
+    out: VecDeque<Outgoing>,
+    events: VecDeque<BcastEvent>,
+    revoked: bool,
+}
+
+impl Broadcaster {
+    /// The machine of rank `cfg.me`.
+    ///
+    /// # Panics
+    /// If `cfg.me >= cfg.n`.
+    pub fn new(cfg: Config) -> Self {
+        assert!(
+            cfg.me < cfg.n,
+            "rank {} out of range for {} ranks",
+            cfg.me,
+            cfg.n
+        );
+        Broadcaster {
+            cfg,
+            dead: RankSet::new(cfg.n),
+            tasks: BTreeMap::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            revoked: false,
+        }
+    }
+
+    /// Whether [`Broadcaster::revoke`] was called.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked
+    }
+
+    /// This machine's settings.
+    pub fn config(&self) -> Config {
+        self.cfg
+    }
+
+    /// The bytes of output `index` of `task`, once this rank holds all of them.
+    pub fn output(&self, task: u32, index: u32) -> Option<&[u8]> {
+        let t = self.tasks.get(&task)?;
+        if !t.complete.contains(index) {
+            return None;
+        }
+        t.buffers.get(&index).map(|b| &b.data[..])
+    }
+
+    /// Drops everything kept for `task` (its payloads included).
+    pub fn forget(&mut self, task: u32) {
+        self.tasks.remove(&task);
+        self.out
+            .retain(|o| !matches!(o, Outgoing::Stream { task: t, .. } if *t == task));
+    }
+
+    /// The payload bytes kept for every task not forgotten yet (outputs held or being
+    /// received, chunks that overtook the prefix included).
+    pub fn held_bytes(&self) -> usize {
+        let buffers = self.tasks.values().flat_map(|t| t.buffers.values());
+        buffers
+            .map(|b| b.data.len() + b.ahead.values().map(Vec::len).sum::<usize>())
+            .sum()
+    }
+
+    /// Starts broadcasting `task` at the root: `payloads[j]` is output `j`'s bytes (its
+    /// length must be the plan's size for it).
+    pub fn start_broadcast(
+        &mut self,
+        _now: Instant,
+        task: u32,
+        plan: &Plan,
+        payloads: Vec<Vec<u8>>,
+    ) -> Result<(), BcastError> {
+        if self.revoked {
+            return Err(BcastError::Revoked);
+        }
+        let spec = plan.spec();
+        if spec.ranks != self.cfg.n {
+            return Err(BcastError::WrongSize { plan: spec.ranks });
+        }
+        if spec.root != self.cfg.me {
+            return Err(BcastError::NotRoot { root: spec.root });
+        }
+        if self.tasks.contains_key(&task) {
+            return Err(BcastError::TaskInUse(task));
+        }
+        if spec.outputs.len() > self.cfg.max_outputs as usize {
+            return Err(BcastError::TooManyOutputs);
+        }
+        let mut total = 0u64;
+        for o in &spec.outputs {
+            if o.bytes > self.cfg.max_output_bytes {
+                return Err(BcastError::TooLarge {
+                    bytes: o.bytes,
+                    limit: self.cfg.max_output_bytes,
+                });
+            }
+            total = total.saturating_add(o.bytes);
+        }
+        if total > self.cfg.max_task_bytes {
+            return Err(BcastError::TooLarge {
+                bytes: total,
+                limit: self.cfg.max_task_bytes,
+            });
+        }
+        if payloads.len() != spec.outputs.len() {
+            return Err(BcastError::PayloadCount {
+                expected: spec.outputs.len(),
+                got: payloads.len(),
+            });
+        }
+        for (j, (o, p)) in spec.outputs.iter().zip(&payloads).enumerate() {
+            if o.bytes != p.len() as u64 {
+                return Err(BcastError::PayloadSize {
+                    output: j,
+                    expected: o.bytes,
+                    got: p.len(),
+                });
+            }
+        }
+        let mut t = Task::default();
+        for (j, data) in payloads.into_iter().enumerate() {
+            let j = j as u32;
+            t.sizes.insert(j, data.len() as u64);
+            t.buffers.insert(
+                j,
+                Buffer {
+                    data,
+                    ahead: BTreeMap::new(),
+                },
+            );
+            t.complete.insert(j);
+        }
+        // What each destination needs for itself: its class's outputs (they differ from
+        // the fetch set only when fetching for descendants).
+        let class_needs: HashMap<Rank, &OutputSet> =
+            if spec.strategy == Strategy::FetchForDescendants {
+                plan.classes()
+                    .iter()
+                    .flat_map(|c| c.members.iter().map(move |&r| (r, c.outputs)))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+        let everything = t.complete.clone();
+        for (k, _) in plan.trees().iter().enumerate() {
+            let entries: Vec<Entry> = plan
+                .tree_edges(k)
+                .map(|e| Entry {
+                    child: e.child,
+                    parent: e.parent,
+                    needs: class_needs
+                        .get(&e.child)
+                        .map_or_else(|| e.outputs.clone(), |s| (*s).clone()),
+                    fetch: e.outputs.clone(),
+                })
+                .collect();
+            let mut tree = TreeState {
+                parent: self.cfg.me,
+                ancestors: Vec::new(),
+                needs: OutputSet::new(),
+                fetch: everything.clone(),
+                expected: entries.len(),
+                source: self.cfg.me,
+                entries: Vec::new(),
+                index: HashMap::new(),
+                direct: Vec::new(),
+                activated: HashSet::new(),
+                requested_from: None,
+                released: true,
+            };
+            tree.append(entries);
+            tree.recompute_direct(self.cfg.me, &self.dead);
+            t.trees.insert(k as u32, tree);
+        }
+        self.tasks.insert(task, t);
+        self.progress(task);
+        Ok(())
+    }
+}

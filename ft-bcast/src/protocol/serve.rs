@@ -1,0 +1,428 @@
+//! Serving and forwarding: what this rank does with an activation, a subtree part, a
+//! request or a chunk of data once decoded, and what it sends next. A child is
+//! activated as soon as this rank is activated and knows its subtree; requests for
+//! outputs whose size is not announced yet (before the activation) are queued, never
+//! dropped; an output this rank holds or fetches is streamed to a requesting child
+//! chunk by chunk as far as its in-order prefix has arrived, and a stream that catches
+//! up waits (`Task::parked`) until the next chunk comes (pipelining down the tree).
+//! [`Protocol`] is the machine's face: `poll_transmit` encodes queued frames and
+//! streams one chunk at a time.
+use alloc::vec::Vec;
+use hashbrown::{HashMap, HashSet};
+
+use ft_core::wire::{self, Context, FrameKind, Header, MAX_CHUNK};
+use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
+
+use super::codec::{activation_frames, put_set, Activation};
+use super::state::{
+    absorb_parts, missing_from, validate_entries, Entry, Outgoing, Parked, TreeState, Waiting,
+};
+use super::{BcastEvent, Broadcaster};
+use crate::outputs::OutputSet;
+
+impl Broadcaster {
+    pub(super) fn send_request(&mut self, task: u32, to: Rank, tree: u32, outputs: &OutputSet) {
+        let mut w = self.header(FrameKind::BcastRequest, task).start();
+        w.put_varint(tree.into());
+        put_set(&mut w, outputs);
+        self.out.push_back(Outgoing::Frame {
+            to,
+            bytes: w.finish(),
+        });
+    }
+
+    pub(super) fn header(&self, kind: FrameKind, task: u32) -> Header {
+        Header {
+            kind,
+            comm: self.cfg.comm,
+            epoch: task,
+            sender: self.cfg.me,
+        }
+    }
+
+    /// Releases, activations and queued requests that the data now held allows.
+    pub(super) fn progress(&mut self, task: u32) {
+        let me = self.cfg.me;
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        // Queued requests: stream every output this rank holds or fetches (its size is
+        // announced), as far as its data has arrived; the stream waits for the rest.
+        let announced = |j: u32| t.sizes.contains_key(&j);
+        let mut streams: Vec<(Rank, u32)> = Vec::new();
+        for w in &mut t.waiting {
+            let ready: Vec<u32> = w.outputs.iter().filter(|&j| announced(j)).collect();
+            let mut left = OutputSet::new();
+            for j in w.outputs.iter().filter(|&j| !announced(j)) {
+                left.insert(j);
+            }
+            for j in ready {
+                let served = t.served.entry(w.child).or_default();
+                if served.insert(j) {
+                    streams.push((w.child, j));
+                }
+            }
+            w.outputs = left;
+        }
+        t.waiting.retain(|w| !w.outputs.is_empty());
+        // Releases and activations, tree by tree.
+        let mut activations: Vec<(Rank, Vec<u8>)> = Vec::new();
+        let cap = wire::frame_capacity(self.cfg.n) - 32;
+        for (&tree_id, tree) in t.trees.iter_mut() {
+            if !tree.released && tree.needs.is_subset(&t.complete) {
+                tree.released = true;
+                if !tree.needs.is_empty() {
+                    self.events.push_back(BcastEvent::Released {
+                        task,
+                        tree: tree_id,
+                        outputs: tree.needs.clone(),
+                    });
+                }
+            }
+            if !tree.complete_subtree() {
+                continue;
+            }
+            for d in 0..tree.direct.len() {
+                let i = tree.direct[d];
+                let e = &tree.entries[i];
+                if tree.activated.contains(&e.child)
+                    || self.dead.contains(e.child)
+                    || !e.fetch.iter().all(|j| t.sizes.contains_key(&j))
+                {
+                    continue;
+                }
+                let child = e.child;
+                let frames = activation_frames(
+                    Header {
+                        kind: FrameKind::BcastActivate,
+                        comm: self.cfg.comm,
+                        epoch: task,
+                        sender: me,
+                    },
+                    tree_id,
+                    tree,
+                    i,
+                    &t.sizes,
+                    cap,
+                );
+                tree.activated.insert(child);
+                activations.extend(frames.into_iter().map(|f| (child, f)));
+            }
+        }
+        for (to, output) in streams {
+            self.out.push_back(Outgoing::Stream {
+                to,
+                task,
+                output,
+                offset: 0,
+            });
+        }
+        for (to, bytes) in activations {
+            self.out.push_back(Outgoing::Frame { to, bytes });
+        }
+    }
+
+    pub(super) fn on_activate(
+        &mut self,
+        task: u32,
+        from: Rank,
+        a: Activation,
+    ) -> Result<(), FrameError> {
+        let me = self.cfg.me;
+        // Validate everything before changing anything.
+        if a.ancestors.last() != Some(&from) || a.ancestors.contains(&me) {
+            return Err(FrameError::Malformed(
+                "activation's ancestors do not end at its sender",
+            ));
+        }
+        if a.fetch.is_empty() || !a.needs.is_subset(&a.fetch) {
+            return Err(FrameError::Malformed(
+                "activation's needs are not within its fetch set",
+            ));
+        }
+        if a.sizes.iter().any(|&(_, s)| s > self.cfg.max_output_bytes) {
+            return Err(FrameError::Malformed(
+                "output larger than the configured limit",
+            ));
+        }
+        // The task's total with the newly announced outputs (sizes of outputs already
+        // known must match, checked below, so they count once).
+        let known = self.tasks.get(&task).map(|t| &t.sizes);
+        let total = known
+            .into_iter()
+            .flat_map(|sizes| sizes.values())
+            .chain(
+                a.sizes
+                    .iter()
+                    .filter(|(j, _)| !known.is_some_and(|k| k.contains_key(j)))
+                    .map(|(_, s)| s),
+            )
+            .fold(0u64, |sum, &s| sum.saturating_add(s));
+        if total > self.cfg.max_task_bytes {
+            return Err(FrameError::Malformed(
+                "outputs larger in total than the configured limit",
+            ));
+        }
+        if a.expected > self.cfg.n as usize || a.entries.len() > a.expected {
+            return Err(FrameError::Malformed(
+                "subtree larger than the communicator",
+            ));
+        }
+        if let Some(t) = self.tasks.get(&task) {
+            if a.sizes
+                .iter()
+                .any(|(j, s)| t.sizes.get(j).is_some_and(|old| old != s))
+            {
+                return Err(FrameError::Malformed(
+                    "output size differs from an earlier one",
+                ));
+            }
+        }
+        let mut known: HashMap<Rank, OutputSet> = HashMap::new();
+        validate_entries(me, &a.fetch, &a.ancestors, &mut known, &a.entries)?;
+
+        let t = self.tasks.entry(task).or_default();
+        for &(j, s) in &a.sizes {
+            t.sizes.insert(j, s);
+        }
+        let mut request: Option<OutputSet> = None;
+        match t.trees.get_mut(&a.tree) {
+            Some(tree) => {
+                if tree.parent == from {
+                    return Ok(()); // a repeated activation
+                }
+                // Adoption after a failure: fetch from the new parent.
+                tree.parent = from;
+                tree.ancestors = a.ancestors;
+                if !tree.complete_subtree() {
+                    tree.entries.clear();
+                    tree.index.clear();
+                    tree.expected = a.expected;
+                    tree.source = from;
+                    tree.append(a.entries);
+                }
+                let missing = missing_from(&tree.fetch, &t.complete);
+                if !missing.is_empty() && tree.requested_from != Some(from) {
+                    tree.requested_from = Some(from);
+                    request = Some(missing);
+                }
+            }
+            None => {
+                let mut tree = TreeState {
+                    parent: from,
+                    ancestors: a.ancestors,
+                    needs: a.needs,
+                    fetch: a.fetch,
+                    entries: Vec::new(),
+                    index: HashMap::new(),
+                    direct: Vec::new(),
+                    expected: a.expected,
+                    source: from,
+                    activated: HashSet::new(),
+                    requested_from: None,
+                    released: false,
+                };
+                tree.append(a.entries);
+                let missing = missing_from(&tree.fetch, &t.complete);
+                if !missing.is_empty() {
+                    tree.requested_from = Some(from);
+                    request = Some(missing);
+                }
+                t.trees.insert(a.tree, tree);
+            }
+        }
+        // Parts of this subtree that overtook the activation (a bad one is dropped: the
+        // activation itself was fine).
+        let _ = absorb_parts(t, a.tree, me);
+        if let Some(tree) = t.trees.get_mut(&a.tree) {
+            tree.recompute_direct(me, &self.dead);
+        }
+        if let Some(outputs) = request {
+            self.send_request(task, from, a.tree, &outputs);
+        }
+        self.progress(task);
+        Ok(())
+    }
+
+    pub(super) fn on_subtree(
+        &mut self,
+        task: u32,
+        from: Rank,
+        tree_id: u32,
+        first: usize,
+        entries: Vec<Entry>,
+    ) -> Result<(), FrameError> {
+        let me = self.cfg.me;
+        if first.saturating_add(entries.len()) > self.cfg.n as usize {
+            return Err(FrameError::Malformed(
+                "subtree part past the communicator size",
+            ));
+        }
+        let t = self.tasks.entry(task).or_default();
+        if t.parts.len() >= self.cfg.n as usize {
+            return Err(FrameError::Malformed("too many subtree parts"));
+        }
+        t.parts.push((tree_id, from, first, entries));
+        let absorbed = absorb_parts(t, tree_id, me);
+        if let Some(tree) = t.trees.get_mut(&tree_id) {
+            tree.recompute_direct(me, &self.dead);
+        }
+        self.progress(task);
+        absorbed
+    }
+
+    pub(super) fn on_request(
+        &mut self,
+        task: u32,
+        from: Rank,
+        outputs: OutputSet,
+    ) -> Result<(), FrameError> {
+        if outputs.is_empty() {
+            return Err(FrameError::Malformed("empty request"));
+        }
+        let t = self.tasks.entry(task).or_default();
+        if t.waiting.len() >= 4 * self.cfg.n as usize {
+            return Err(FrameError::Malformed("too many queued requests"));
+        }
+        t.waiting.push(Waiting {
+            child: from,
+            outputs,
+        });
+        self.progress(task);
+        Ok(())
+    }
+
+    pub(super) fn on_data(
+        &mut self,
+        task: u32,
+        output: u32,
+        total: u64,
+        offset: u64,
+        chunk: &[u8],
+    ) -> Result<(), FrameError> {
+        let t = self.tasks.get_mut(&task).ok_or(FrameError::Malformed(
+            "data for a broadcast never activated",
+        ))?;
+        let size = *t
+            .sizes
+            .get(&output)
+            .ok_or(FrameError::Malformed("data for an output never announced"))?;
+        if total != size {
+            return Err(FrameError::Malformed(
+                "data size differs from the announced size",
+            ));
+        }
+        let chunk_len = MAX_CHUNK as u64;
+        if offset % chunk_len != 0 || (offset >= size && !(size == 0 && offset == 0)) {
+            return Err(FrameError::Malformed("data offset out of place"));
+        }
+        if chunk.len() as u64 != chunk_len.min(size - offset) {
+            return Err(FrameError::Malformed("data chunk of the wrong length"));
+        }
+        if t.complete.contains(output) {
+            return Ok(());
+        }
+        let buffer = t.buffers.entry(output).or_default();
+        let before = buffer.data.len();
+        let complete = buffer.add(size, offset, chunk);
+        if buffer.data.len() > before {
+            // Streams of this output waiting for data go on from where they stopped.
+            let mut k = 0;
+            while k < t.parked.len() {
+                if t.parked[k].output == output {
+                    let Parked { to, output, offset } = t.parked.swap_remove(k);
+                    self.out.push_back(Outgoing::Stream {
+                        to,
+                        task,
+                        output,
+                        offset,
+                    });
+                } else {
+                    k += 1;
+                }
+            }
+        }
+        if complete {
+            t.complete.insert(output);
+            self.progress(task);
+        }
+        Ok(())
+    }
+}
+
+impl Protocol for Broadcaster {
+    type Event = BcastEvent;
+
+    fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
+        let ctx = Context {
+            comm: self.cfg.comm,
+            n: self.cfg.n,
+        };
+        let (header, reader) = Header::decode(bytes, ctx, from)?;
+        self.handle_frame(now, &header, reader)
+    }
+
+    fn handle_timeout(&mut self, _now: Instant) {}
+
+    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        loop {
+            match self.out.pop_front()? {
+                Outgoing::Frame { to, bytes } => {
+                    let len = wire::copy_out(&bytes, buf);
+                    return Some(Transmit { to, len });
+                }
+                Outgoing::Stream {
+                    to,
+                    task,
+                    output,
+                    offset,
+                } => {
+                    let head = Header {
+                        kind: FrameKind::BcastData,
+                        comm: self.cfg.comm,
+                        epoch: task,
+                        sender: self.cfg.me,
+                    };
+                    let Some(t) = self.tasks.get_mut(&task) else {
+                        continue;
+                    };
+                    let Some(&total) = t.sizes.get(&output) else {
+                        continue;
+                    };
+                    let end = (offset + MAX_CHUNK as u64).min(total);
+                    // The in-order prefix held so far: the next chunk goes as soon as it
+                    // is there (pipelining), else the stream waits for it.
+                    let held = t.buffers.get(&output).map_or(&[][..], |b| &b.data[..]);
+                    if (held.len() as u64) < end {
+                        t.parked.push(Parked { to, output, offset });
+                        continue;
+                    }
+                    let mut w = head.start();
+                    w.put_varint(output.into())
+                        .put_varint(total)
+                        .put_varint(offset)
+                        .put_bytes(&held[offset as usize..end as usize]);
+                    let frame = w.finish();
+                    if end < total {
+                        self.out.push_back(Outgoing::Stream {
+                            to,
+                            task,
+                            output,
+                            offset: end,
+                        });
+                    }
+                    let len = wire::copy_out(&frame, buf);
+                    return Some(Transmit { to, len });
+                }
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<BcastEvent> {
+        self.events.pop_front()
+    }
+}

@@ -1,0 +1,629 @@
+//! The activation protocol over an in-test network that delivers frames in random
+//! order and notifies failures late, plus frame-level checks of peer input.
+
+use super::codec::put_set;
+use super::*;
+use crate::spec::{OutputSpec, PlanSpec};
+use crate::topology::Topology;
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use core::num::NonZeroU32;
+use ft_core::wire::{self, FrameKind, Header, Writer, MAX_CHUNK};
+use ft_core::SplitMix;
+use ft_core::{FrameError, Protocol};
+use proptest::prelude::{any, prop, proptest, ProptestConfig, TestCaseError};
+
+fn payload(j: usize, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as usize * 31 + j * 7 + (i as usize >> 16)) as u8)
+        .collect()
+}
+
+/// An in-test network: frames are delivered in random order, failures are notified
+/// to each survivor at a random later step.
+struct Net {
+    n: u32,
+    ranks: Vec<Option<Broadcaster>>,
+    frames: Vec<(Rank, Rank, Vec<u8>)>,
+    notices: Vec<(Rank, Rank)>,
+    events: Vec<Vec<BcastEvent>>,
+    rng: SplitMix,
+    buf: Vec<u8>,
+    delivered: usize,
+    subtree_frames: usize,
+}
+
+impl Net {
+    fn new(n: u32, seed: u64) -> Self {
+        Net {
+            n,
+            ranks: (0..n)
+                .map(|me| Some(Broadcaster::new(Config::new(9, n, me))))
+                .collect(),
+            frames: Vec::new(),
+            notices: Vec::new(),
+            events: (0..n).map(|_| Vec::new()).collect(),
+            rng: SplitMix::new(seed),
+            buf: vec![0; wire::frame_capacity(n)],
+            delivered: 0,
+            subtree_frames: 0,
+        }
+    }
+
+    fn drain(&mut self, r: Rank) {
+        let Some(m) = self.ranks[r as usize].as_mut() else {
+            return;
+        };
+        while let Some(t) = m.poll_transmit(Instant::ZERO, &mut self.buf) {
+            self.subtree_frames += usize::from(self.buf[1] == FrameKind::BcastSubtree as u8);
+            self.frames.push((r, t.to, self.buf[..t.len].to_vec()));
+        }
+        while let Some(e) = m.poll_event() {
+            self.events[r as usize].push(e);
+        }
+    }
+
+    fn kill(&mut self, r: Rank) {
+        self.ranks[r as usize] = None;
+        for s in 0..self.n {
+            if self.ranks[s as usize].is_some() {
+                self.notices.push((s, r));
+            }
+        }
+    }
+
+    /// Delivers frame `k` of `frames`; a rejected frame fails the test.
+    fn deliver(&mut self, k: usize) {
+        let (from, to, bytes) = self.frames.swap_remove(k);
+        self.delivered += 1;
+        if let Some(m) = self.ranks[to as usize].as_mut() {
+            match m.handle_message(Instant::ZERO, from, &bytes) {
+                Ok(()) | Err(FrameError::FromFailedRank(_)) => {}
+                Err(e) => panic!("rank {to} rejected a frame from {from}: {e}"),
+            }
+            self.drain(to);
+        }
+    }
+
+    /// Delivers one frame or one failure notice; false when nothing is left.
+    fn step(&mut self) -> bool {
+        let total = self.frames.len() + self.notices.len();
+        if total == 0 {
+            return false;
+        }
+        let k = self.rng.below(total as u64) as usize;
+        if k < self.frames.len() {
+            self.deliver(k);
+        } else {
+            let (s, dead) = self.notices.swap_remove(k - self.frames.len());
+            if let Some(m) = self.ranks[s as usize].as_mut() {
+                m.on_rank_failed(Instant::ZERO, dead);
+                self.drain(s);
+            }
+        }
+        true
+    }
+}
+
+/// Runs `spec` over the network, killing `kills` (rank, after how many deliveries),
+/// and checks every surviving destination released exactly its outputs, once per
+/// tree, byte-identical to the root's payloads.
+fn run(spec: PlanSpec, kills: &[(Rank, usize)], seed: u64) -> Result<usize, String> {
+    let n = spec.ranks;
+    let root = spec.root;
+    let plan = Plan::build(spec).map_err(|e| format!("{e}"))?;
+    let payloads: Vec<Vec<u8>> = plan
+        .spec()
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(j, o)| payload(j, o.bytes))
+        .collect();
+    let mut net = Net::new(n, seed);
+    net.ranks[root as usize]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, payloads.clone())
+        .map_err(|e| format!("{e}"))?;
+    net.drain(root);
+    let mut kills = kills.to_vec();
+    let mut steps = 0;
+    loop {
+        kills.retain(|&(r, at)| {
+            if at <= net.delivered && net.ranks[r as usize].is_some() {
+                net.kill(r);
+                false
+            } else {
+                true
+            }
+        });
+        if !net.step() {
+            if kills.is_empty() {
+                break;
+            }
+            let (r, _) = kills.remove(0);
+            net.kill(r);
+        }
+        steps += 1;
+        if steps > 1_000_000 {
+            return Err(String::from("did not settle"));
+        }
+    }
+    let mut needs: BTreeMap<Rank, BTreeSet<u32>> = BTreeMap::new();
+    for (j, o) in plan.spec().outputs.iter().enumerate() {
+        for &r in &o.dests {
+            needs.entry(r).or_default().insert(j as u32);
+        }
+    }
+    for r in 0..n {
+        let Some(m) = net.ranks[r as usize].as_ref() else {
+            continue;
+        };
+        if plan.spec().failed.contains(r) || r == root {
+            continue;
+        }
+        let mut got: BTreeSet<u32> = BTreeSet::new();
+        let mut trees: BTreeSet<u32> = BTreeSet::new();
+        for e in &net.events[r as usize] {
+            match e {
+                BcastEvent::Released {
+                    task,
+                    tree,
+                    outputs,
+                } => {
+                    if *task != 5 || !trees.insert(*tree) {
+                        return Err(format!("rank {r}: released tree {tree} twice"));
+                    }
+                    for j in outputs {
+                        if !got.insert(j) {
+                            return Err(format!("rank {r}: output {j} released twice"));
+                        }
+                    }
+                }
+                BcastEvent::Abandoned { .. } => return Err(format!("rank {r} abandoned")),
+                BcastEvent::Failed { error, .. } => {
+                    return Err(format!("rank {r} failed: {error}"))
+                }
+            }
+        }
+        let want = needs.get(&r).cloned().unwrap_or_default();
+        if got != want {
+            return Err(format!("rank {r}: released {got:?}, needs {want:?}"));
+        }
+        for &j in &want {
+            if m.output(5, j) != Some(&payloads[j as usize][..]) {
+                return Err(format!("rank {r}: output {j} differs from the root's"));
+            }
+        }
+    }
+    Ok(net.subtree_frames)
+}
+
+fn topologies() -> [Topology; 4] {
+    [
+        Topology::Star,
+        Topology::Chain,
+        Topology::Binomial,
+        Topology::Kary(NonZeroU32::new(2).unwrap()),
+    ]
+}
+
+#[test]
+fn issue_624_every_rank_gets_its_outputs_under_every_strategy() {
+    for strategy in Strategy::ALL {
+        for topology in topologies() {
+            for seed in 0..20 {
+                let spec = PlanSpec::new(3, 0)
+                    .with_strategy(strategy)
+                    .with_topology(topology)
+                    .with_output(OutputSpec::new("A", 1024, vec![1, 2]))
+                    .with_output(OutputSpec::new("B", 4096, vec![2]));
+                run(spec, &[], seed).unwrap_or_else(|e| panic!("{strategy} {topology}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_outputs_survive_a_relay_dying_mid_transfer() {
+    // Chain 0 -> 1 -> 2 -> 3; rank 1 dies after a few frames: 2 re-requests from 0
+    // (or is adopted by it), 3 still gets everything from 2.
+    for strategy in Strategy::ALL {
+        for at in 0..12 {
+            let spec = PlanSpec::new(4, 0)
+                .with_strategy(strategy)
+                .with_topology(Topology::Chain)
+                .with_output(OutputSpec::new(
+                    "big",
+                    3 * MAX_CHUNK as u64 + 17,
+                    vec![1, 2, 3],
+                ))
+                .with_output(OutputSpec::new("small", 10, vec![3]));
+            run(spec, &[(1, at)], at as u64).unwrap_or_else(|e| panic!("{strategy} at {at}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn a_relay_forwards_each_chunk_as_soon_as_it_holds_it() {
+    // Chain 0 -> 1 -> 2, one output of three chunks. Everything but data flows freely;
+    // rank 0's chunks reach rank 1 one at a time, and after each, rank 1 must already
+    // have sent that chunk on to rank 2 (it holds only part of the output).
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("big", 3 * MAX_CHUNK as u64 - 5, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let data = payload(0, plan.spec().outputs[0].bytes);
+    let mut net = Net::new(3, 1);
+    net.ranks[0]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, vec![data.clone()])
+        .unwrap();
+    net.drain(0);
+    let is_data = |f: &(Rank, Rank, Vec<u8>)| f.2[1] == FrameKind::BcastData as u8;
+    let mut forwarded = 0;
+    loop {
+        // Deliver every control frame, and rank 1's data to rank 2.
+        while let Some(k) = net.frames.iter().position(|f| !is_data(f) || f.0 == 1) {
+            forwarded += usize::from(is_data(&net.frames[k]));
+            net.deliver(k);
+        }
+        // The next chunk in order (the network may have reordered them).
+        let offset = |f: &(Rank, Rank, Vec<u8>)| {
+            let ctx = wire::Context { comm: 9, n: 3 };
+            let (_, mut r) = Header::decode(&f.2, ctx, f.0).unwrap();
+            r.varint().unwrap(); // output
+            r.varint().unwrap(); // total
+            r.varint().unwrap()
+        };
+        let Some(k) = (0..net.frames.len())
+            .filter(|&k| net.frames[k].0 == 0 && net.frames[k].1 == 1)
+            .min_by_key(|&k| offset(&net.frames[k]))
+        else {
+            break;
+        };
+        net.deliver(k);
+        let relayed = net.frames.iter().filter(|f| is_data(f) && f.0 == 1).count();
+        let output_at_1 = net.ranks[1].as_ref().unwrap().output(5, 0);
+        assert!(
+            relayed == 1 || output_at_1.is_some(),
+            "rank 1 holds a chunk it has not passed on (relayed {relayed})"
+        );
+    }
+    assert_eq!(forwarded, 3, "three chunks relayed to rank 2");
+    assert_eq!(net.ranks[2].as_ref().unwrap().output(5, 0), Some(&data[..]));
+}
+
+#[test]
+fn a_request_before_the_activation_is_queued_not_dropped() {
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("A", 100, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let mut net = Net::new(3, 1);
+    // Rank 2 asks rank 1 before rank 1 knows anything about task 5.
+    let m1 = net.ranks[1].as_mut().unwrap();
+    m1.handle_message(Instant::ZERO, 2, &request_frame(2))
+        .unwrap();
+    assert!(
+        m1.poll_transmit(Instant::ZERO, &mut net.buf).is_none(),
+        "nothing to answer with yet"
+    );
+    net.ranks[0]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
+        .unwrap();
+    net.drain(0);
+    // Rank 1 answers the queued request as soon as it holds the data. Rank 2 really
+    // asks only once activated, so its data is delivered after everything else.
+    let is_data_to_2 = |f: &(Rank, Rank, Vec<u8>)| f.1 == 2 && f.2[1] == FrameKind::BcastData as u8;
+    while let Some(k) = net.frames.iter().position(|f| !is_data_to_2(f)) {
+        net.deliver(k);
+    }
+    assert!(
+        net.frames.iter().any(|f| f.0 == 1 && is_data_to_2(f)),
+        "the queued request is answered"
+    );
+    while net.step() {}
+    assert_eq!(
+        net.ranks[2].as_ref().unwrap().output(5, 0),
+        Some(&payload(0, 100)[..])
+    );
+}
+
+#[test]
+fn a_frame_from_this_rank_itself_is_refused() {
+    // Found by the bcast_frames fuzz target: the root answered a request that claimed
+    // to come from itself, queueing data frames addressed to itself.
+    let spec = PlanSpec::new(3, 1)
+        .with_topology(Topology::Star)
+        .with_output(OutputSpec::new("A", 100, vec![0, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let mut net = Net::new(3, 1);
+    let root = net.ranks[1].as_mut().unwrap();
+    root.start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
+        .unwrap();
+    while root.poll_transmit(Instant::ZERO, &mut net.buf).is_some() {}
+    assert_eq!(
+        root.handle_message(Instant::ZERO, 1, &request_frame(1)),
+        Err(FrameError::Malformed("frame from self"))
+    );
+    assert!(root.poll_transmit(Instant::ZERO, &mut net.buf).is_none());
+}
+
+/// The header of a frame of task 5 (communicator 9) from `sender`.
+fn task5(kind: FrameKind, sender: Rank) -> Writer {
+    Header {
+        kind,
+        comm: 9,
+        epoch: 5,
+        sender,
+    }
+    .start()
+}
+
+/// A request of task 5 from `sender` for output 0 of tree 0.
+fn request_frame(sender: Rank) -> Vec<u8> {
+    let mut w = task5(FrameKind::BcastRequest, sender);
+    w.put_varint(0);
+    put_set(&mut w, &OutputSet::single(0));
+    w.finish()
+}
+
+/// An activation of `tree` of task 5 from `from` (whose only ancestor it is) that
+/// fetches outputs `0..sizes.len()` of the given sizes, with an empty subtree.
+fn activation_frame(from: Rank, tree: u32, sizes: &[u64]) -> Vec<u8> {
+    let fetch: OutputSet = (0..sizes.len() as u32).collect();
+    let mut w = task5(FrameKind::BcastActivate, from);
+    w.put_varint(tree.into()).put_varint(1).put_rank(from);
+    put_set(&mut w, &fetch);
+    put_set(&mut w, &fetch);
+    for &size in sizes {
+        w.put_varint(size);
+    }
+    w.put_varint(0).put_varint(0);
+    w.finish()
+}
+
+/// A data frame of task 5 from `from`: output `output` of `total` bytes, the chunk
+/// at `offset`.
+fn data_frame(from: Rank, output: u32, total: u64, offset: u64) -> Vec<u8> {
+    let len = (MAX_CHUNK as u64).min(total - offset) as usize;
+    let mut w = task5(FrameKind::BcastData, from);
+    w.put_varint(output.into())
+        .put_varint(total)
+        .put_varint(offset)
+        .put_bytes(&vec![7; len]);
+    w.finish()
+}
+
+/// Bytes of output data `m` holds for task 5 (capacity, not length).
+fn held_bytes(m: &Broadcaster) -> usize {
+    m.tasks.get(&5).map_or(0, |t| {
+        t.buffers
+            .values()
+            .map(|b| b.data.capacity() + b.ahead.values().map(Vec::capacity).sum::<usize>())
+            .sum()
+    })
+}
+
+#[test]
+fn a_huge_announcement_costs_no_memory_until_data_arrives() {
+    let gib = 1u64 << 30;
+    let mut cfg = Config::new(9, 3, 1);
+    cfg.max_task_bytes = 8 * gib;
+    let mut m = Broadcaster::new(cfg);
+    // Four outputs of 1 GiB each, 4 GiB in all: accepted, and nothing reserved.
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib; 4]))
+        .unwrap();
+    assert_eq!(held_bytes(&m), 0);
+    let mut buf = vec![0; wire::frame_capacity(3)];
+    let request = m.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    assert_eq!((request.to, buf[1]), (0, FrameKind::BcastRequest as u8));
+    // Data grows the buffer by what arrives: the first chunk, then one far ahead.
+    m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, gib, 0))
+        .unwrap();
+    assert!(held_bytes(&m) <= 2 * MAX_CHUNK, "{}", held_bytes(&m));
+    m.handle_message(
+        Instant::ZERO,
+        0,
+        &data_frame(0, 3, gib, 1000 * MAX_CHUNK as u64),
+    )
+    .unwrap();
+    assert!(held_bytes(&m) <= 3 * MAX_CHUNK, "{}", held_bytes(&m));
+    assert_eq!(m.output(5, 0), None, "incomplete outputs are not readable");
+}
+
+#[test]
+fn out_of_order_chunks_complete_an_output_within_its_size() {
+    let size = 3 * MAX_CHUNK as u64 + 5;
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    for offset in [3, 1, 1, 0, 2, 0].map(|k| k * MAX_CHUNK as u64) {
+        m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, size, offset))
+            .unwrap();
+    }
+    assert_eq!(m.output(5, 0).map(<[u8]>::len), Some(size as usize));
+    assert!(held_bytes(&m) <= size as usize, "{}", held_bytes(&m));
+    assert!(m.tasks[&5].buffers[&0].ahead.is_empty());
+}
+
+#[test]
+fn announced_totals_over_the_limit_are_refused() {
+    let gib = 1u64 << 30;
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    let too_big = Err(FrameError::Malformed(
+        "outputs larger in total than the configured limit",
+    ));
+    // Eight outputs of 1 GiB: each within its limit, 8 GiB in all over 4 GiB.
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib; 8])),
+        too_big
+    );
+    assert!(m.tasks.is_empty(), "a refused activation changes nothing");
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib + 1])),
+        Err(FrameError::Malformed(
+            "output larger than the configured limit"
+        ))
+    );
+    // The total counts every tree of the task: 3 GiB, then 2 GiB more is refused.
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[gib; 3]))
+        .unwrap();
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &activation_frame(0, 1, &[gib; 5])),
+        too_big
+    );
+    assert_eq!(m.tasks[&5].trees.len(), 1);
+    assert!(m
+        .poll_transmit(Instant::ZERO, &mut vec![0; wire::frame_capacity(3)])
+        .is_some());
+    assert_eq!(held_bytes(&m), 0);
+
+    // The root refuses to start what its receivers would refuse.
+    let mut cfg = Config::new(9, 3, 0);
+    (cfg.max_output_bytes, cfg.max_task_bytes) = (100, 150);
+    let mut root = Broadcaster::new(cfg);
+    let plan = |sizes: &[u64]| {
+        let mut spec = PlanSpec::new(3, 0);
+        for (j, &b) in sizes.iter().enumerate() {
+            spec.outputs
+                .push(OutputSpec::new(format!("o{j}"), b, vec![1, 2]));
+        }
+        Plan::build(spec).unwrap()
+    };
+    assert_eq!(
+        root.start_broadcast(Instant::ZERO, 1, &plan(&[101]), vec![payload(0, 101)]),
+        Err(BcastError::TooLarge {
+            bytes: 101,
+            limit: 100
+        })
+    );
+    assert_eq!(
+        root.start_broadcast(
+            Instant::ZERO,
+            1,
+            &plan(&[100, 100]),
+            vec![payload(0, 100), payload(1, 100)]
+        ),
+        Err(BcastError::TooLarge {
+            bytes: 200,
+            limit: 150
+        })
+    );
+}
+
+#[test]
+fn root_death_abandons_and_bad_starts_are_rejected() {
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("A", 100, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    assert_eq!(
+        m.start_broadcast(Instant::ZERO, 1, &plan, vec![payload(0, 100)]),
+        Err(BcastError::NotRoot { root: 0 })
+    );
+    let mut root = Broadcaster::new(Config::new(9, 3, 0));
+    assert_eq!(
+        root.start_broadcast(Instant::ZERO, 1, &plan, vec![payload(0, 99)]),
+        Err(BcastError::PayloadSize {
+            output: 0,
+            expected: 100,
+            got: 99
+        })
+    );
+    let mut net = Net::new(3, 3);
+    net.ranks[0]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
+        .unwrap();
+    net.drain(0);
+    net.step(); // rank 1 gets its activation
+    net.kill(0);
+    while net.step() {}
+    assert!(net.events[1].contains(&BcastEvent::Abandoned { task: 5 }));
+}
+
+#[test]
+fn big_subtrees_are_split_over_several_frames() {
+    // 1024 ranks, binomial, 150 outputs to everyone: an entry takes about 300 bytes,
+    // so the root's first child's 511-entry subtree needs 3 frames; frames arrive in
+    // random order and a relay dies midway.
+    let n = 1024;
+    let mut spec = PlanSpec::new(n, 0).with_topology(Topology::Binomial);
+    for j in 0..150 {
+        spec.outputs.push(OutputSpec::new(
+            format!("o{j}"),
+            1,
+            (1..n).collect::<Vec<_>>(),
+        ));
+    }
+    let continuation_frames = run(spec, &[(2, 300)], 7).unwrap();
+    assert!(continuation_frames >= 2, "{continuation_frames}");
+}
+
+fn random_spec(n: u32, m: usize, seed: u64) -> PlanSpec {
+    let mut rng = SplitMix::new(seed);
+    let root = rng.below(n.into()) as Rank;
+    let mut spec = PlanSpec::new(n, root);
+    for j in 0..m {
+        let p = [10, 40, 80][rng.below(3) as usize];
+        let dests: Vec<Rank> = (0..n)
+            .filter(|&r| r != root && rng.chance(p, 100))
+            .collect();
+        let bytes = [0, 1, 1000, MAX_CHUNK as u64 + 5][rng.below(4) as usize];
+        spec.outputs
+            .push(OutputSpec::new(format!("o{j}"), bytes, dests));
+    }
+    let failed: Vec<Rank> = (0..n)
+        .filter(|&r| r != root && rng.chance(5, 100))
+        .collect();
+    spec.with_failed(&failed).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(debug_assertions) { 48 } else { 2000 }, ..ProptestConfig::default() })]
+    /// Random plans, random delivery order, up to 3 ranks killed at random steps:
+    /// every surviving destination releases exactly its outputs, byte-identical.
+    #[test]
+    fn random_kills_leave_every_survivor_with_exactly_its_outputs(
+        n in 2u32..24,
+        m in 1usize..5,
+        strategy in 0usize..3,
+        topology in 0usize..4,
+        kills in prop::collection::vec((0u32..24, 0usize..100), 0..4),
+        seed in any::<u64>(),
+    ) {
+        let spec = random_spec(n, m, seed)
+            .with_strategy(Strategy::ALL[strategy])
+            .with_topology(topologies()[topology]);
+        let root = spec.root;
+        let kills: Vec<(Rank, usize)> = kills.into_iter().map(|(r, at)| (r % n, at)).filter(|&(r, _)| r != root).collect();
+        if let Err(e) = run(spec, &kills, seed) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+
+    /// Arbitrary bytes, alone or behind a valid header of every broadcast kind, never
+    /// panic the machine.
+    #[test]
+    fn arbitrary_frames_never_panic(kind in 0usize..4, body in prop::collection::vec(any::<u8>(), 0..200), raw in any::<bool>()) {
+        let mut m = Broadcaster::new(Config::new(9, 50, 3));
+        let kinds = [FrameKind::BcastActivate, FrameKind::BcastSubtree, FrameKind::BcastRequest, FrameKind::BcastData];
+        let mut frame = if raw { Vec::new() } else {
+            Header { kind: kinds[kind], comm: 9, epoch: 1, sender: 7 }.start().finish()
+        };
+        frame.extend_from_slice(&body);
+        let _ = m.handle_message(Instant::ZERO, 7, &frame);
+        let mut buf = vec![0; wire::frame_capacity(50)];
+        while m.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
+        while m.poll_event().is_some() {}
+    }
+}
