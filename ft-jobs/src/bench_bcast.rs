@@ -15,9 +15,10 @@
 //! **Baselines.** This module's own, for any transport ([`bench_bcast`]): one plain
 //! two-sided binomial broadcast per output over the same endpoints, in chunks of
 //! [`MAX_CHUNK`] bytes (the stack's own chunk), each chunk forwarded to the children as
-//! it arrives; it runs before the stack phase, on the bare transport ([`crate::raw`]).
-//! `ftmpi` supplies `MPI_Bcast` instead, interleaved with the stack's repetitions
-//! (`backend-mpi`'s `ftmpi bench-bcast`), using [`stack_rep`] and [`Case`] from here.
+//! it arrives; it runs before the stack phase, on the bare transport (the crate's `raw`
+//! module). `ftmpi` supplies `MPI_Bcast` instead, interleaved with the stack's
+//! repetitions (`backend-mpi`'s `ftmpi bench-bcast`), using [`stack_rep`] and [`Case`]
+//! from here.
 //!
 //! **Memory.** Every repetition is a new broadcast task, and the stack keeps a finished
 //! task's outputs (`RankStack` has no command to forget one), so a rank holds every

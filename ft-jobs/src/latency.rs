@@ -10,9 +10,9 @@
 //!    validations back to back (each is itself a collective, so the next starts from a
 //!    common point).
 //!
-//! The raw phase is [`crate::raw`]'s: stack frames that arrive during it (from a faster
-//! peer already in the stack phase) are kept and handed to the driver when it starts
-//! (`Driver::deliver`), so none is lost.
+//! The raw phase runs on the crate's `raw` module: stack frames that arrive during it
+//! (from a faster peer already in the stack phase) are kept and handed to the driver
+//! when it starts (`Driver::deliver`), so none is lost.
 
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
