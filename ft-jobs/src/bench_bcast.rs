@@ -20,10 +20,10 @@
 //! repetitions (`backend-mpi`'s `ftmpi bench-bcast`), using [`stack_rep`] and [`Case`]
 //! from here.
 //!
-//! **Memory.** Every repetition is a new broadcast task, and the stack keeps a finished
-//! task's outputs (`RankStack` has no command to forget one), so a rank holds every
-//! output it took part in until the job ends: about `reps · Σ bytes · outputs` at the
-//! root over all cases (about 400 MiB for the defaults).
+//! **Memory.** Every repetition is a new broadcast task. Once a repetition's closing
+//! validation has returned, every rank holds what it needed, so each rank releases the
+//! task ([`release`]; a case's last one after its bytes were checked): a rank holds
+//! one repetition's outputs at a time.
 
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
@@ -235,6 +235,14 @@ pub fn stack_rep<T: Transport>(
     Ok(since.elapsed().as_secs_f64() * 1e6)
 }
 
+/// Drops what this rank keeps of broadcast `task` (every rank must hold what it needs
+/// of it: after the repetition's closing validation).
+pub fn release<T: Transport>(driver: &mut RankDriver<T>, task: u32) -> Result<(), String> {
+    driver
+        .command(|stack, _| stack.release(task))
+        .map_err(|e| e.to_string())
+}
+
 /// Per output of a case, this rank's place in the two-sided baseline's binomial tree:
 /// its parent (`None` at the root or off the tree) and children.
 fn raw_trees(case: &Case, me: Rank) -> Vec<(Option<Rank>, Vec<Rank>)> {
@@ -375,9 +383,12 @@ pub fn bench_bcast<L: Launch>(
     validate_once(&mut driver, limit)?;
     let mut task = 0;
     for (case, times) in cases.iter().zip(&mut stack_times) {
-        for _ in 0..reps {
+        for rep in 0..reps {
             times.push(stack_rep(&mut driver, case, task, limit)?);
             validate_once(&mut driver, limit)?;
+            if rep + 1 < reps {
+                release(&mut driver, task)?;
+            }
             task += 1;
         }
         if !case.stack_delivered(&driver, task - 1) {
@@ -386,6 +397,7 @@ pub fn bench_bcast<L: Launch>(
                 case.bytes
             ));
         }
+        release(&mut driver, task - 1)?;
     }
 
     let mine: Vec<f64> = raw_times

@@ -39,7 +39,7 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
-use ft_jobs::bench_bcast::{stack_rep, BenchBcastArgs};
+use ft_jobs::bench_bcast::{release, stack_rep, BenchBcastArgs};
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::environment::Threading;
@@ -395,10 +395,13 @@ fn bench_bcast(
             })
             .collect();
         let mut times: [Vec<f64>; 2] = Default::default();
-        for _ in 0..bench.reps {
+        for rep in 0..bench.reps {
             world.barrier();
             let mine = stack_rep(&mut driver, case, task, limit)?;
             settle(world, &mut driver, limit)?;
+            if rep + 1 < bench.reps {
+                release(&mut driver, task)?;
+            }
             times[0].push(worst(mine));
             task += 1;
 
@@ -422,6 +425,7 @@ fn bench_bcast(
                 case.bytes
             ));
         }
+        release(&mut driver, task - 1)?;
         let [stack, base] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
         lines.push(case.line(n, bench.reps, stack, "mpi_bcast", base));
     }
