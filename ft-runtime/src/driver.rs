@@ -5,7 +5,7 @@
 //! machine), fires the machine's timer if it is due, sends every frame the machine
 //! has, completes finished sends, and moves the machine's events to the driver's
 //! queue. [`Driver::run_until`] pumps until the caller's condition holds. When a pump
-//! finds nothing to do, the loop spins (yielding the CPU) for a short window after the
+//! finds nothing to do, the loop spins (yielding the CPU now and then) for a short window after the
 //! last frame or command, since an exchange in progress answers within microseconds,
 //! and past the window waits without the CPU, so idle ranks oversubscribed on few cores
 //! leave each other the CPU and heartbeats stay on time ([`Driver::set_idle`]): in the
@@ -35,6 +35,14 @@ pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
 /// The longest one idle wait blocks in a transport that wakes on arrival (the machine
 /// may have no timer armed).
 const MAX_BLOCK: StdDuration = StdDuration::from_millis(100);
+
+/// While spinning, an idle loop yields the CPU (`sched_yield`) every this many rounds and
+/// only pauses the core (`spin_loop`) in between: a yield is a system call (most of an
+/// idle round's cost), and yielding every round made `validate_global` over Open MPI
+/// slower at n = 4 and 8 on 2 cores (`ftmpi bench`, alternated: 2.8-3.1× against
+/// 3.1-3.4× `MPIX_Comm_agree` at n = 4, 3.0-4.4× against 5.6-8.8× at n = 8; every 4th
+/// or 64th round did no better).
+const YIELD_EVERY: u32 = 16;
 
 /// How long after its last frame or command an idle loop spins instead of sleeping,
 /// by default ([`Driver::set_idle`]).
@@ -94,6 +102,8 @@ pub struct Driver<P: Protocol, T: Transport> {
     /// The wall clock at the last read ([`Driver::tick`]): one read serves a whole
     /// loop round (the pump, the caller's limit, the idle decision).
     last_tick: WallInstant,
+    /// Idle rounds spent spinning: every [`YIELD_EVERY`]th yields the CPU.
+    spin_rounds: u32,
 }
 
 impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
@@ -124,6 +134,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             idle_spin: IDLE_SPIN,
             last_activity: origin,
             last_tick: origin,
+            spin_rounds: 0,
         }
     }
 
@@ -282,7 +293,8 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     }
 
     /// Waits, a pump having found nothing to do (the wait reckons from that pump's
-    /// clock read): yields the CPU within the spin window after the last activity; past it, waits in the transport until the machine's
+    /// clock read): spins within the spin window after the last activity (yielding the
+    /// CPU every 16th round); past it, waits in the transport until the machine's
     /// next deadline if the transport wakes when a frame arrives, else naps at most the
     /// idle sleep ([`Driver::set_idle`]).
     pub fn wait_idle(&mut self) -> Result<(), T::Error> {
@@ -295,7 +307,12 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     fn idle_wait(&mut self, cap: Option<StdDuration>) -> Result<(), T::Error> {
         let since_activity = self.last_tick.saturating_duration_since(self.last_activity);
         if self.idle_sleep.is_zero() || since_activity < self.idle_spin {
-            std::thread::yield_now();
+            self.spin_rounds = self.spin_rounds.wrapping_add(1);
+            if self.spin_rounds % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             return Ok(());
         }
         let now = self.machine_time(self.last_tick);
