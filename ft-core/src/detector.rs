@@ -200,6 +200,7 @@ pub const DEFAULT_SPAN: u32 = 64;
 
 /// What the detector reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DetectorEvent {
     /// This rank's timeout on its watched predecessor expired: `rank` is declared dead.
     Suspected {

@@ -256,7 +256,7 @@ impl Node {
         let known_dead = self.detector.known_dead();
         self.agreement.get_or_insert_with(|| {
             let config =
-                agreement::Config::new(view.size(), view.rank(), self.detector.context().comm);
+                agreement::Config::new(self.detector.context().comm, view.size(), view.rank());
             let mut agreement = Agreement::new(config);
             for rank in known_dead.iter() {
                 // Ranks from the detector: in range and never this rank.

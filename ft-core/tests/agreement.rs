@@ -93,7 +93,7 @@ impl Scenario {
     }
 
     fn config(&self, rank: Rank) -> Config {
-        let mut cfg = Config::new(self.n, rank, 9);
+        let mut cfg = Config::new(9, self.n, rank);
         cfg.sweep_limit = self.sweep_limit;
         if self.mutation {
             cfg = cfg.mutation_without_fast_path_rule();
@@ -853,8 +853,8 @@ fn larger_group_with_failures_during_the_agreement() {
 #[test]
 fn frames_of_other_epochs_are_refused_or_buffered() {
     let n = 4;
-    let mut a = Agreement::new(Config::new(n, 1, 9));
-    let mut b = Agreement::new(Config::new(n, 2, 9));
+    let mut a = Agreement::new(Config::new(9, n, 1));
+    let mut b = Agreement::new(Config::new(9, n, 2));
     let mut buf = vec![0; frame_capacity(n)];
     // Rank 1 starts epoch 1: its first sweep frame goes to rank 2, which has not started.
     a.start(Instant::ZERO, &RankSet::new(n)).unwrap();
@@ -970,7 +970,7 @@ fn sweep_frame(epoch: u32, sender: Rank, round: u64, union: Option<&RankSet>) ->
 #[test]
 fn bad_sweep_frames_get_typed_errors() {
     let n = 8;
-    let mut me = Agreement::new(Config::new(n, 5, 9));
+    let mut me = Agreement::new(Config::new(9, n, 5));
     me.start(Instant::ZERO, &RankSet::new(n)).unwrap();
     let empty = RankSet::new(n);
     let at = Instant::ZERO;

@@ -100,7 +100,7 @@ fn one_epoch(
 fn allocations_per_failure_free_validate_global() {
     for n in [8u32, 64, 512] {
         let mut nodes: Vec<Agreement> = (0..n)
-            .map(|r| Agreement::new(Config::new(n, r, 9)))
+            .map(|r| Agreement::new(Config::new(9, n, r)))
             .collect();
         let mut buf = vec![0; frame_capacity(n)];
         let mut wire = VecDeque::new();

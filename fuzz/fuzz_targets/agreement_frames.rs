@@ -58,7 +58,7 @@ fuzz_target!(|input: Input| {
     let n = u32::from(input.n % 16) + 1;
     let me = u32::from(input.me) % n;
     let comm = 5;
-    let mut machine = Agreement::new(Config::new(n, me, comm));
+    let mut machine = Agreement::new(Config::new(comm, n, me));
     let mut buf = vec![0u8; frame_capacity(n)];
     let mut decided: Vec<RankSet> = Vec::new();
     let mut excluded = false;

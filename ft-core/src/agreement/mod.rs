@@ -248,7 +248,7 @@ impl Config {
     ///
     /// # Panics
     /// If `me >= n`.
-    pub fn new(n: u32, me: Rank, comm: u32) -> Self {
+    pub fn new(comm: u32, n: u32, me: Rank) -> Self {
         assert!(me < n, "rank {me} out of range for a communicator of {n}");
         Config {
             n,
