@@ -52,7 +52,7 @@ use core::fmt;
 use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
 use ft_core::wire::{Context, Family, Header};
-use ft_core::{Counts, FrameError, Instant, Protocol, Rank, Transmit, ViewError};
+use ft_core::{BufferTooShort, Counts, FrameError, Instant, Protocol, Rank, Transmit, ViewError};
 
 use crate::plan::Plan;
 use crate::protocol::{BcastError, BcastEvent, Broadcaster, Config};
@@ -307,14 +307,22 @@ impl Protocol for RankStack {
         }
     }
 
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
         self.absorb_node(now);
         if self.node.is_stopped() {
-            return None;
+            return Ok(None);
         }
-        self.node
-            .poll_transmit(now, buf)
-            .or_else(|| self.bcast.as_mut()?.poll_transmit(now, buf))
+        if let Some(t) = self.node.poll_transmit(now, buf)? {
+            return Ok(Some(t));
+        }
+        match self.bcast.as_mut() {
+            Some(bcast) => bcast.poll_transmit(now, buf),
+            None => Ok(None),
+        }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -387,7 +395,10 @@ mod tests {
         fn settle(&mut self, r: Rank) {
             let now = self.now;
             let m = &mut self.ranks[r as usize];
-            while let Some(t) = m.poll_transmit(now, &mut self.buf) {
+            while let Some(t) = m
+                .poll_transmit(now, &mut self.buf)
+                .expect("frame_capacity fits")
+            {
                 if self.muted[r as usize] {
                     continue;
                 }
@@ -636,7 +647,7 @@ mod tests {
             .iter()
             .any(|e| matches!(e, StackEvent::Node(NodeEvent::DeclaredDeadSelf { .. }))));
         assert_eq!(stack.poll_timeout(), None);
-        assert_eq!(stack.poll_transmit(net.now, &mut net.buf), None);
+        assert_eq!(stack.poll_transmit(net.now, &mut net.buf), Ok(None));
         assert_eq!(
             stack.start_broadcast(net.now, 9, spec(4), payloads()),
             Err(StackError::Node(NodeError::Stopped))
