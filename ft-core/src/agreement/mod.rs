@@ -195,6 +195,19 @@
 //!
 //! No timers: the machine waits on messages and detector news only, so `poll_timeout` is
 //! always `None` and `handle_timeout` does nothing.
+//!
+//! # Frames without allocation
+//!
+//! The machine queues typed messages `(to, epoch, body)` (module `msg`, `Out`) and
+//! encodes each one only in `poll_transmit`, in place into the caller's buffer; a buffer
+//! too short for it is [`BufferTooShort`] and the frame stays first in the queue.
+//! Invariants: a queued body's rank sets are shared (`Arc`) with the machine's state
+//! and with the other receivers of the same broadcast, never copied per receiver; a
+//! sweep-1 frame shares the sender's union, which is copied on write only when it grows
+//! while such a frame still waits; a queued frame is encoded exactly as it was when it
+//! was queued (its shared sets are never changed in place). So a failure-free
+//! validation allocates a constant per call and rank (its epoch's state) and nothing per
+//! frame once the queues have grown to size (`tests/agreement_allocations.rs`).
 
 mod instance;
 mod msg;
