@@ -833,11 +833,17 @@ impl<P: SimRank> Sim<P> {
         let now = self.now;
         let mut buf = std::mem::take(&mut self.buf);
         while self.slots[rank as usize].alive {
-            let Some(t) = self.slots[rank as usize]
+            let t = match self.slots[rank as usize]
                 .machine
                 .poll_transmit(now, &mut buf)
-            else {
-                break;
+            {
+                Ok(Some(t)) => t,
+                Ok(None) => break,
+                // The frame stays queued: retry with a buffer that fits it.
+                Err(short) => {
+                    buf.resize(short.needed, 0);
+                    continue;
+                }
             };
             let frame = &buf[..t.len];
             if self.dies_before_sending(rank, frame) {

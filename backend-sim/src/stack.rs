@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ft_bcast::{BcastEvent, RankStack, StackEvent, Strategy, Topology};
 use ft_core::node::Node;
 use ft_core::view::FailureView;
-use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit};
 
 use crate::engine::{Observation, RankSetup, SimRank};
 use crate::failure::detector_config;
@@ -113,7 +113,11 @@ impl Protocol for SimStack {
     fn handle_timeout(&mut self, now: Instant) {
         self.stack.handle_timeout(now);
     }
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
         self.stack.poll_transmit(now, buf)
     }
     fn poll_timeout(&self) -> Option<Instant> {

@@ -21,7 +21,7 @@ use backend_sim::stack::{payload, SimStack};
 use ft_bcast::StackEvent;
 use ft_core::view::FailureView;
 use ft_core::wire::{Family, FrameKind, MAX_CHUNK};
-use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit};
 use serde_json::json;
 
 const TOPOLOGIES: [&str; 4] = ["star", "chain", "binomial", "kary:2"];
@@ -193,13 +193,19 @@ impl Protocol for Watched {
     fn handle_timeout(&mut self, now: Instant) {
         self.inner.handle_timeout(now);
     }
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let t = self.inner.poll_transmit(now, buf)?;
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        let Some(t) = self.inner.poll_transmit(now, buf)? else {
+            return Ok(None);
+        };
         let kind = FrameKind::from_code(buf[1]).expect("own frames are valid");
         if kind.family() == Family::Bcast && self.inner.view().is_known_failed(t.to) {
             self.to_known_dead.push((t.to, buf[1]));
         }
-        Some(t)
+        Ok(Some(t))
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.inner.poll_timeout()

@@ -68,7 +68,10 @@ fn benches(c: &mut Criterion) {
                 root.start_broadcast(Instant::ZERO, 1, &plan, payloads.clone())
                     .unwrap();
                 let mut bytes = 0;
-                while let Some(t) = root.poll_transmit(Instant::ZERO, &mut buf) {
+                while let Some(t) = root
+                    .poll_transmit(Instant::ZERO, &mut buf)
+                    .expect("frame_capacity fits")
+                {
                     bytes += t.len;
                 }
                 root.forget(1);

@@ -52,7 +52,7 @@ use core::fmt;
 use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
 use ft_core::wire::{Context, Family, Header};
-use ft_core::{Counts, FrameError, Instant, Protocol, Rank, Transmit, ViewError};
+use ft_core::{BufferTooShort, Counts, FrameError, Instant, Protocol, Rank, Transmit, ViewError};
 
 use crate::plan::Plan;
 use crate::protocol::{BcastError, BcastEvent, Broadcaster, Config};
@@ -307,14 +307,22 @@ impl Protocol for RankStack {
         }
     }
 
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
         self.absorb_node(now);
         if self.node.is_stopped() {
-            return None;
+            return Ok(None);
         }
-        self.node
-            .poll_transmit(now, buf)
-            .or_else(|| self.bcast.as_mut()?.poll_transmit(now, buf))
+        if let Some(t) = self.node.poll_transmit(now, buf)? {
+            return Ok(Some(t));
+        }
+        match self.bcast.as_mut() {
+            Some(bcast) => bcast.poll_transmit(now, buf),
+            None => Ok(None),
+        }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -367,6 +375,11 @@ mod tests {
         in_flight: Vec<(Instant, Rank, Rank, Vec<u8>)>,
         events: Vec<Vec<StackEvent>>,
         buf: Vec<u8>,
+        /// Each poll first offers only this many bytes of `buf`; a frame that does not
+        /// fit is polled again with the size its `BufferTooShort` asked for.
+        offered: Option<usize>,
+        /// Polls that returned `BufferTooShort`.
+        too_short: usize,
     }
 
     impl Net {
@@ -381,13 +394,28 @@ mod tests {
                 in_flight: Vec::new(),
                 events: (0..n).map(|_| Vec::new()).collect(),
                 buf: vec![0; wire::frame_capacity(n)],
+                offered: None,
+                too_short: 0,
             }
         }
 
         fn settle(&mut self, r: Rank) {
             let now = self.now;
             let m = &mut self.ranks[r as usize];
-            while let Some(t) = m.poll_transmit(now, &mut self.buf) {
+            loop {
+                let offered = self.offered.unwrap_or(self.buf.len());
+                let t = match m.poll_transmit(now, &mut self.buf[..offered]) {
+                    Ok(t) => t,
+                    Err(short) => {
+                        assert_eq!(short.available, offered);
+                        self.too_short += 1;
+                        m.poll_transmit(now, &mut self.buf[..short.needed])
+                            .expect("the size it asked for fits")
+                    }
+                };
+                let Some(t) = t else {
+                    break;
+                };
                 if self.muted[r as usize] {
                     continue;
                 }
@@ -479,6 +507,25 @@ mod tests {
             .unwrap();
         net.settle(0);
         net
+    }
+
+    #[test]
+    fn short_transmit_buffers_lose_and_garble_no_frame() {
+        let mut net = Net::new(4);
+        // A heartbeat (14 bytes) fits; notices, requests and data chunks do not.
+        net.offered = Some(20);
+        net.run_until(ms(25));
+        net.ranks[0]
+            .start_broadcast(net.now, 1, spec(4), payloads())
+            .unwrap();
+        net.settle(0);
+        net.run_until(ms(60));
+        assert!(net.too_short > 0);
+        assert_eq!(net.released(3), vec![0, 1]);
+        let rank3 = net.ranks[3].broadcaster().unwrap();
+        let payloads = payloads();
+        assert_eq!(rank3.output(1, 0), Some(&payloads[0][..]));
+        assert_eq!(rank3.output(1, 1), Some(&payloads[1][..]));
     }
 
     #[test]
@@ -636,7 +683,7 @@ mod tests {
             .iter()
             .any(|e| matches!(e, StackEvent::Node(NodeEvent::DeclaredDeadSelf { .. }))));
         assert_eq!(stack.poll_timeout(), None);
-        assert_eq!(stack.poll_transmit(net.now, &mut net.buf), None);
+        assert_eq!(stack.poll_transmit(net.now, &mut net.buf), Ok(None));
         assert_eq!(
             stack.start_broadcast(net.now, 9, spec(4), payloads()),
             Err(StackError::Node(NodeError::Stopped))

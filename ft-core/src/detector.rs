@@ -165,12 +165,12 @@
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use crate::error::FrameError;
+use crate::error::{BufferTooShort, FrameError};
 use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::rankset::RankSet;
 use crate::time::{Duration, Instant};
-use crate::wire::{self, Context, FrameKind, Header, Reader};
+use crate::wire::{Context, FrameKind, Header, Reader};
 
 /// Settings of one rank's detector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -983,27 +983,38 @@ impl Detector {
         }
     }
 
-    /// Writes a payload-less frame straight into `buf` (the header layout of [`wire`]).
-    fn write_bare(&self, kind: FrameKind, buf: &mut [u8]) -> usize {
-        let mut head = [0u8; wire::HEADER_LEN];
-        head[0] = wire::VERSION;
-        head[1] = kind as u8;
-        head[2..6].copy_from_slice(&self.config.comm.to_le_bytes());
-        head[6..10].copy_from_slice(&0u32.to_le_bytes());
-        head[10..14].copy_from_slice(&self.config.me.to_le_bytes());
-        wire::copy_out(&head, buf)
+    /// Encodes `next` in place into `buf`.
+    fn write(&self, next: &Outgoing, buf: &mut [u8]) -> Result<Transmit, BufferTooShort> {
+        let (to, len) = match *next {
+            Outgoing::Heartbeat(to) => (
+                to,
+                self.header(FrameKind::Heartbeat).write_into(buf).finish()?,
+            ),
+            Outgoing::Observe(to, watch) => (
+                to,
+                self.header(FrameKind::Observe)
+                    .write_into(buf)
+                    .put_u8(watch as u8)
+                    .finish()?,
+            ),
+            Outgoing::Direct { to, hops } => (to, self.write_notice(hops, None, buf)?),
+            Outgoing::Tree {
+                to,
+                tree,
+                end,
+                hops,
+            } => (to, self.write_notice(hops, Some((tree, end)), buf)?),
+        };
+        Ok(Transmit { to, len })
     }
 
-    /// An `Observe`: the header and one byte saying which watch it asks for.
-    fn write_observe(&self, watch: Watch, buf: &mut [u8]) -> usize {
-        let mut head = [0u8; wire::HEADER_LEN + 1];
-        self.write_bare(FrameKind::Observe, &mut head[..wire::HEADER_LEN]);
-        head[wire::HEADER_LEN] = watch as u8;
-        wire::copy_out(&head, buf)
-    }
-
-    fn write_notice(&self, hops: u32, tree: Option<(TreeId, u32)>, buf: &mut [u8]) -> usize {
-        let mut w = self.header(FrameKind::FailureNotice).start();
+    fn write_notice(
+        &self,
+        hops: u32,
+        tree: Option<(TreeId, u32)>,
+        buf: &mut [u8],
+    ) -> Result<usize, BufferTooShort> {
+        let mut w = self.header(FrameKind::FailureNotice).write_into(buf);
         w.put_varint(hops.into());
         match tree {
             None => {
@@ -1017,7 +1028,7 @@ impl Detector {
             }
         }
         w.put_rankset(&self.dead);
-        wire::copy_out(&w.finish(), buf)
+        w.finish()
     }
 }
 
@@ -1080,36 +1091,22 @@ impl Protocol for Detector {
         }
     }
 
-    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let next = self.outbox.pop_front()?;
-        let transmit = match next {
-            Outgoing::Heartbeat(to) => Transmit {
-                to,
-                len: self.write_bare(FrameKind::Heartbeat, buf),
-            },
-            Outgoing::Observe(to, watch) => Transmit {
-                to,
-                len: self.write_observe(watch, buf),
-            },
-            Outgoing::Direct { to, hops } => Transmit {
-                to,
-                len: self.write_notice(hops, None, buf),
-            },
-            Outgoing::Tree {
-                to,
-                tree,
-                end,
-                hops,
-            } => Transmit {
-                to,
-                len: self.write_notice(hops, Some((tree, end)), buf),
-            },
+    fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        let Some(next) = self.outbox.front() else {
+            return Ok(None);
         };
+        // Encoded before it leaves the queue: a short buffer keeps it there.
+        let transmit = self.write(next, buf)?;
+        self.outbox.pop_front();
         if self.outbox.is_empty() && self.outbox.capacity() > 64 {
             // A declaring rank's burst (two trees) need not stay allocated.
             self.outbox = VecDeque::new();
         }
-        Some(transmit)
+        Ok(Some(transmit))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -1125,6 +1122,7 @@ impl Protocol for Detector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire;
     use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;
@@ -1301,7 +1299,10 @@ mod tests {
     fn drain(d: &mut Detector) -> Vec<(Rank, Vec<u8>)> {
         let mut buf = alloc::vec![0u8; wire::frame_capacity(d.config.n)];
         let mut out = Vec::new();
-        while let Some(t) = d.poll_transmit(d.now, &mut buf) {
+        while let Some(t) = d
+            .poll_transmit(d.now, &mut buf)
+            .expect("frame_capacity fits")
+        {
             out.push((t.to, buf[..t.len].to_vec()));
         }
         out

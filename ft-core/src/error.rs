@@ -1,5 +1,6 @@
 //! Error types, kept apart by cause: [`FrameError`] for what a peer sent,
-//! [`ViewError`] for misuse of the query/command API.
+//! [`ViewError`] for misuse of the query/command API, [`BufferTooShort`] for a transmit
+//! buffer the caller sized too small.
 
 use core::fmt;
 
@@ -126,6 +127,27 @@ impl fmt::Display for FrameError {
     }
 }
 
+/// `poll_transmit` was given a buffer shorter than the next frame. Nothing was sent and
+/// nothing is lost: the frame stays queued, and a call with at least `needed` bytes
+/// sends it intact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferTooShort {
+    /// Bytes the next frame takes.
+    pub needed: usize,
+    /// Bytes the caller's buffer had.
+    pub available: usize,
+}
+
+impl fmt::Display for BufferTooShort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "transmit buffer of {} bytes is shorter than the {}-byte frame",
+            self.available, self.needed
+        )
+    }
+}
+
 /// A call of the failure-view API was rejected; the view is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -167,3 +189,5 @@ impl fmt::Display for ViewError {
 impl std::error::Error for FrameError {}
 #[cfg(feature = "std")]
 impl std::error::Error for ViewError {}
+#[cfg(feature = "std")]
+impl std::error::Error for BufferTooShort {}

@@ -34,7 +34,7 @@ pub mod tree;
 pub mod view;
 pub mod wire;
 
-pub use error::{FrameError, ViewError};
+pub use error::{BufferTooShort, FrameError, ViewError};
 pub use machine::{Protocol, Transmit};
 pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
 pub use rankset::RankSet;

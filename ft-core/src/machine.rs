@@ -5,14 +5,16 @@
 //! 1. on a received frame: [`Protocol::handle_message`]`(now, from, bytes)`;
 //! 2. when the clock passes [`Protocol::poll_timeout`]: [`Protocol::handle_timeout`]`(now)`;
 //! 3. after either, and after any application command: drain
-//!    [`Protocol::poll_transmit`] (send each frame to `Transmit::to`), then drain
+//!    [`Protocol::poll_transmit`] (send each frame to `Transmit::to`; machines queue
+//!    typed messages and encode each one only here, in place, into the caller's
+//!    buffer), then drain
 //!    [`Protocol::poll_event`];
 //! 4. sleep until the next frame or the new `poll_timeout`.
 //!
 //! Time passed in only moves forward; a machine treats an `Instant` earlier than one it
 //! saw as equal to it, and a `handle_timeout` that comes early does nothing.
 
-use crate::error::FrameError;
+use crate::error::{BufferTooShort, FrameError};
 use crate::rank::Rank;
 use crate::time::Instant;
 
@@ -37,12 +39,17 @@ pub trait Protocol {
     /// Tells the machine the clock reached `now`; timers due by then fire.
     fn handle_timeout(&mut self, now: Instant);
 
-    /// Writes the next frame to send into `buf`.
+    /// Encodes the next queued frame in place at the start of `buf`: `Ok(None)` when
+    /// nothing is queued.
     ///
-    /// # Panics
-    /// If `buf` is shorter than [`crate::wire::frame_capacity`] of the communicator
-    /// size (a backend bug, never peer input).
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
+    /// A frame longer than `buf` is [`BufferTooShort`] (with the size it needs): the
+    /// frame stays queued, and the next call with a large enough buffer sends it intact.
+    /// [`crate::wire::frame_capacity`] of the communicator size always suffices.
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort>;
 
     /// The earliest instant at which `handle_timeout` has work to do.
     fn poll_timeout(&self) -> Option<Instant>;

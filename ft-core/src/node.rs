@@ -38,12 +38,12 @@ use core::fmt;
 
 use crate::agreement::{self, Agreement, AgreementError};
 use crate::detector::{Detector, DetectorConfig, DetectorEvent};
-use crate::error::{FrameError, ViewError};
+use crate::error::{BufferTooShort, FrameError, ViewError};
 use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::time::Instant;
 use crate::view::{Counts, FailureView};
-use crate::wire::{self, Family, FrameKind, Header, Reader};
+use crate::wire::{Family, FrameKind, Header, Reader};
 
 /// What a node reports to the application.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -389,29 +389,34 @@ impl Protocol for Node {
         self.absorb_agreement();
     }
 
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
         if self.stopped {
-            return None;
+            return Ok(None);
         }
-        if let Some(t) = self.detector.poll_transmit(now, buf) {
-            return Some(t);
+        if let Some(t) = self.detector.poll_transmit(now, buf)? {
+            return Ok(Some(t));
         }
-        if let Some(t) = self
-            .agreement
-            .as_mut()
-            .and_then(|a| a.poll_transmit(now, buf))
-        {
-            return Some(t);
+        if let Some(agreement) = self.agreement.as_mut() {
+            if let Some(t) = agreement.poll_transmit(now, buf)? {
+                return Ok(Some(t));
+            }
         }
-        let to = self.revoke_out.pop_front()?;
+        let Some(&to) = self.revoke_out.front() else {
+            return Ok(None);
+        };
         let header = Header {
             kind: FrameKind::Revoke,
             comm: self.detector.context().comm,
             epoch: 0,
             sender: self.view.rank(),
         };
-        let len = wire::copy_out(&header.start().finish(), buf);
-        Some(Transmit { to, len })
+        let len = header.write_into(buf).finish()?;
+        self.revoke_out.pop_front();
+        Ok(Some(Transmit { to, len }))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -431,6 +436,7 @@ mod tests {
     use super::*;
     use crate::rankset::RankSet;
     use crate::time::Duration;
+    use crate::wire;
     use alloc::vec::Vec;
 
     fn config(n: u32, me: Rank) -> DetectorConfig {
@@ -453,7 +459,10 @@ mod tests {
         for _ in 0..10_000 {
             let mut moved = false;
             for from in 0..nodes.len() {
-                while let Some(t) = nodes[from].poll_transmit(now, &mut buf) {
+                while let Some(t) = nodes[from]
+                    .poll_transmit(now, &mut buf)
+                    .expect("frame_capacity fits")
+                {
                     moved = true;
                     if !dead.contains(&t.to) {
                         let frame = buf[..t.len].to_vec();

@@ -11,6 +11,12 @@
 //! offset 14 ...    payload, built with Writer and read with Reader
 //! ```
 //!
+//! Frames are written in place: `poll_transmit` starts one with [`Header::write_into`]
+//! on the caller's buffer and appends the payload with [`Writer`]; nothing is
+//! allocated, and a frame that does not fit comes back as [`BufferTooShort`] with the
+//! size it needs (the machine keeps it queued). [`Header::start`] writes into a `Vec`
+//! instead, for tests, fuzzing and frames kept for later.
+//!
 //! Payload fields are LEB128 varints, little-endian fixed integers, byte strings with a
 //! varint length, and rank sets. A rank set is written in whichever form is smaller:
 //! `0x00, count, first, gap-1, gap-1, ...` (varints, strictly increasing members) or
@@ -22,7 +28,7 @@
 
 use alloc::vec::Vec;
 
-use crate::error::FrameError;
+use crate::error::{BufferTooShort, FrameError};
 use crate::rank::Rank;
 use crate::rankset::RankSet;
 
@@ -33,8 +39,10 @@ pub const HEADER_LEN: usize = 14;
 /// Largest data chunk a single frame carries (broadcast payloads are split into chunks).
 pub const MAX_CHUNK: usize = 64 * 1024;
 
-/// The smallest buffer `poll_transmit` accepts for a communicator of `n` ranks: a header,
-/// two rank sets, a chunk of data and small fields.
+/// A transmit buffer size that every frame of a communicator of `n` ranks fits: a header,
+/// two rank sets, a chunk of data and small fields. A shorter buffer is not a bug:
+/// `poll_transmit` then returns [`BufferTooShort`] for a frame that does not fit and
+/// keeps it queued.
 pub const fn frame_capacity(n: u32) -> usize {
     HEADER_LEN + 2 * (8 + (n as usize).div_ceil(8)) + MAX_CHUNK + 256
 }
@@ -183,16 +191,24 @@ pub struct Header {
 }
 
 impl Header {
-    /// Starts a frame with this header; append the payload with the returned writer.
+    /// Starts a frame in a fresh `Vec` (tests, fuzzing and frames kept for later); append
+    /// the payload with the returned writer.
     pub fn start(self) -> Writer {
-        let mut w = Writer {
-            buf: Vec::with_capacity(64),
-        };
-        w.buf.push(VERSION);
-        w.buf.push(self.kind as u8);
-        w.put_u32(self.comm);
-        w.put_u32(self.epoch);
-        w.put_u32(self.sender);
+        self.start_on(Vec::with_capacity(64))
+    }
+
+    /// Starts a frame in place at the start of `buf`: what `poll_transmit` does. Nothing
+    /// is allocated; [`Writer::finish`] says whether the frame fit.
+    pub fn write_into(self, buf: &mut [u8]) -> Writer<Slice<'_>> {
+        self.start_on(Slice { buf, len: 0 })
+    }
+
+    fn start_on<S: Sink>(self, sink: S) -> Writer<S> {
+        let mut w = Writer { sink };
+        w.put_u8(VERSION).put_u8(self.kind as u8);
+        w.put_u32(self.comm)
+            .put_u32(self.epoch)
+            .put_u32(self.sender);
         w
     }
 
@@ -246,39 +262,76 @@ impl Header {
     }
 }
 
-/// Appends payload fields to a frame started by [`Header::start`].
-#[derive(Debug)]
-pub struct Writer {
-    buf: Vec<u8>,
+/// Where a [`Writer`] puts its bytes: a growing `Vec`, or a caller's buffer ([`Slice`]).
+pub trait Sink {
+    /// Appends `bytes`.
+    fn put_slice(&mut self, bytes: &[u8]);
 }
 
-impl Writer {
+impl Sink for Vec<u8> {
+    fn put_slice(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// A caller's buffer being filled in place. Writing past its end writes nothing but
+/// still counts the length, so a too-short buffer reports the size the frame needs.
+#[derive(Debug)]
+pub struct Slice<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Sink for Slice<'_> {
+    fn put_slice(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if let Some(dst) = self.buf.get_mut(self.len..end) {
+            dst.copy_from_slice(bytes);
+        }
+        self.len = end;
+    }
+}
+
+/// Appends payload fields to a frame started by [`Header::start`] (into a `Vec`) or
+/// [`Header::write_into`] (in place into a caller's buffer).
+#[derive(Debug)]
+pub struct Writer<S: Sink = Vec<u8>> {
+    sink: S,
+}
+
+impl<S: Sink> Writer<S> {
     /// Appends a byte.
     pub fn put_u8(&mut self, v: u8) -> &mut Self {
-        self.buf.push(v);
+        self.sink.put_slice(&[v]);
         self
     }
     /// Appends a little-endian `u32`.
     pub fn put_u32(&mut self, v: u32) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
+        self.sink.put_slice(&v.to_le_bytes());
         self
     }
     /// Appends a little-endian `u64`.
     pub fn put_u64(&mut self, v: u64) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
+        self.sink.put_slice(&v.to_le_bytes());
         self
     }
     /// Appends a LEB128 varint.
     pub fn put_varint(&mut self, mut v: u64) -> &mut Self {
+        let mut bytes = [0u8; 10];
+        let mut len = 0;
         loop {
             let byte = (v & 0x7f) as u8;
             v >>= 7;
             if v == 0 {
-                self.buf.push(byte);
-                return self;
+                bytes[len] = byte;
+                len += 1;
+                break;
             }
-            self.buf.push(byte | 0x80);
+            bytes[len] = byte | 0x80;
+            len += 1;
         }
+        self.sink.put_slice(&bytes[..len]);
+        self
     }
     /// Appends a rank (as a varint).
     pub fn put_rank(&mut self, r: Rank) -> &mut Self {
@@ -287,14 +340,14 @@ impl Writer {
     /// Appends a length-prefixed byte string.
     pub fn put_bytes(&mut self, bytes: &[u8]) -> &mut Self {
         self.put_varint(bytes.len() as u64);
-        self.buf.extend_from_slice(bytes);
+        self.sink.put_slice(bytes);
         self
     }
     /// Appends a rank set in its smaller encoding.
     pub fn put_rankset(&mut self, set: &RankSet) -> &mut Self {
         let dense_len = (set.universe() as usize).div_ceil(8);
         if set.len() < dense_len && sparse_len(set) <= dense_len {
-            self.buf.push(0);
+            self.put_u8(0);
             self.put_varint(set.len() as u64);
             let mut prev: Option<Rank> = None;
             for r in set {
@@ -306,18 +359,47 @@ impl Writer {
                 prev = Some(r);
             }
         } else {
-            self.buf.push(1);
-            let start = self.buf.len();
-            self.buf.resize(start + dense_len, 0);
+            // Streamed byte by byte in rank order: no scratch buffer.
+            self.put_u8(1);
+            let (mut at, mut byte) = (0usize, 0u8);
             for r in set {
-                self.buf[start + (r / 8) as usize] |= 1 << (r % 8);
+                let index = (r / 8) as usize;
+                while at < index {
+                    self.put_u8(byte);
+                    byte = 0;
+                    at += 1;
+                }
+                byte |= 1 << (r % 8);
+            }
+            while at < dense_len {
+                self.put_u8(byte);
+                byte = 0;
+                at += 1;
             }
         }
         self
     }
+}
+
+impl Writer<Vec<u8>> {
     /// The finished frame.
     pub fn finish(&mut self) -> Vec<u8> {
-        core::mem::take(&mut self.buf)
+        core::mem::take(&mut self.sink)
+    }
+}
+
+impl Writer<Slice<'_>> {
+    /// The frame's length, or the size it needs if it did not fit the buffer (whose
+    /// content is then unspecified: the caller sends nothing).
+    pub fn finish(&self) -> Result<usize, BufferTooShort> {
+        if self.sink.len <= self.sink.buf.len() {
+            Ok(self.sink.len)
+        } else {
+            Err(BufferTooShort {
+                needed: self.sink.len,
+                available: self.sink.buf.len(),
+            })
+        }
     }
 }
 
@@ -466,24 +548,22 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Copies a queued frame into the caller's transmit buffer.
-///
-/// # Panics
-/// If `buf` is shorter than the frame (see [`frame_capacity`]).
-pub fn copy_out(frame: &[u8], buf: &mut [u8]) -> usize {
-    assert!(
-        buf.len() >= frame.len(),
-        "transmit buffer of {} bytes is smaller than the {}-byte frame; size it with wire::frame_capacity",
-        buf.len(),
-        frame.len()
-    );
-    buf[..frame.len()].copy_from_slice(frame);
-    frame.len()
+/// Copies an already encoded frame into the caller's transmit buffer, or says how many
+/// bytes it needs (the buffer is then left alone).
+pub fn copy_out(frame: &[u8], buf: &mut [u8]) -> Result<usize, BufferTooShort> {
+    let available = buf.len();
+    let dst = buf.get_mut(..frame.len()).ok_or(BufferTooShort {
+        needed: frame.len(),
+        available,
+    })?;
+    dst.copy_from_slice(frame);
+    Ok(frame.len())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
     use proptest::prelude::*;
 
     const CTX: Context = Context { comm: 7, n: 100 };
@@ -585,6 +665,16 @@ mod tests {
             let frame = Header { kind: FrameKind::FailureNotice, comm: 1, epoch: 2, sender: 0 }
                 .start().put_rankset(&set).put_varint(v).put_bytes(&data).put_u64(v).finish();
             prop_assert!(frame.len() <= frame_capacity(n));
+            // In place: the same bytes, and a buffer one byte short is a typed error.
+            let in_place = |buf: &mut [u8]| {
+                Header { kind: FrameKind::FailureNotice, comm: 1, epoch: 2, sender: 0 }
+                    .write_into(buf).put_rankset(&set).put_varint(v).put_bytes(&data).put_u64(v).finish()
+            };
+            let mut buf = vec![0u8; frame.len() + 3];
+            prop_assert_eq!(in_place(&mut buf), Ok(frame.len()));
+            prop_assert_eq!(&buf[..frame.len()], &frame[..]);
+            let mut short = vec![0u8; frame.len() - 1];
+            prop_assert_eq!(in_place(&mut short), Err(BufferTooShort { needed: frame.len(), available: frame.len() - 1 }));
             let (_, mut r) = Header::decode(&frame, Context { comm: 1, n }, 0).unwrap();
             prop_assert_eq!(r.rankset().unwrap(), set);
             prop_assert_eq!(r.varint().unwrap(), v);

@@ -18,7 +18,7 @@ use std::time::Instant as WallClock;
 
 use ft_core::agreement::{Agreement, Config, Event, DEFAULT_SWEEP_LIMIT};
 use ft_core::wire::{frame_capacity, FrameKind, Header};
-use ft_core::{FrameError, Instant, Protocol, Rank, RankSet, SplitMix};
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, RankSet, SplitMix};
 
 /// Inclusive ranges and percentages drawn from the workspace's generator.
 trait Draw {
@@ -246,8 +246,9 @@ impl Sim {
             if !self.alive[r] {
                 return;
             }
-            let Some(tx) =
-                self.nodes[r].poll_transmit(Instant::from_nanos(self.now), &mut self.buf)
+            let Some(tx) = self.nodes[r]
+                .poll_transmit(Instant::from_nanos(self.now), &mut self.buf)
+                .expect("frame_capacity fits every frame")
             else {
                 break;
             };
@@ -851,6 +852,54 @@ fn larger_group_with_failures_during_the_agreement() {
 }
 
 #[test]
+fn a_short_transmit_buffer_is_a_typed_error_and_the_frame_goes_intact_on_retry() {
+    let n = 300;
+    // Rank 1 contributes a set, so its first sweep frame has a body.
+    let contribution = RankSet::from_ranks(n, [7, 8, 299]);
+    let start = || {
+        let mut a = Agreement::new(Config::new(n, 1, 9));
+        a.start(Instant::ZERO, &contribution).unwrap();
+        a
+    };
+    let mut reference = start();
+    let mut buf = vec![0; frame_capacity(n)];
+    let expected = reference
+        .poll_transmit(Instant::ZERO, &mut buf)
+        .unwrap()
+        .unwrap();
+    let expected_bytes = buf[..expected.len].to_vec();
+
+    let mut a = start();
+    for short in [0, 5, expected.len - 1] {
+        let mut small = vec![0xaa; short];
+        assert_eq!(
+            a.poll_transmit(Instant::ZERO, &mut small),
+            Err(BufferTooShort {
+                needed: expected.len,
+                available: short
+            })
+        );
+    }
+    let mut exact = vec![0; expected.len];
+    let tx = a.poll_transmit(Instant::ZERO, &mut exact).unwrap().unwrap();
+    assert_eq!(tx, expected, "the same frame, to the same rank");
+    assert_eq!(exact, expected_bytes, "sent intact");
+    // And the queue moved on exactly as the reference's did.
+    loop {
+        let (mine, theirs) = (
+            a.poll_transmit(Instant::ZERO, &mut buf).unwrap(),
+            reference
+                .poll_transmit(Instant::ZERO, &mut vec![0; frame_capacity(n)])
+                .unwrap(),
+        );
+        assert_eq!(mine, theirs);
+        if mine.is_none() {
+            break;
+        }
+    }
+}
+
+#[test]
 fn frames_of_other_epochs_are_refused_or_buffered() {
     let n = 4;
     let mut a = Agreement::new(Config::new(9, n, 1));
@@ -858,7 +907,7 @@ fn frames_of_other_epochs_are_refused_or_buffered() {
     let mut buf = vec![0; frame_capacity(n)];
     // Rank 1 starts epoch 1: its first sweep frame goes to rank 2, which has not started.
     a.start(Instant::ZERO, &RankSet::new(n)).unwrap();
-    let tx = a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    let tx = a.poll_transmit(Instant::ZERO, &mut buf).unwrap().unwrap();
     assert_eq!(tx.to, 2);
     let frame = buf[..tx.len].to_vec();
     assert_eq!(

@@ -335,8 +335,14 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     }
 
     fn flush(&mut self, now: Instant) -> Result<(), T::Error> {
-        while let Some(tx) = self.machine.poll_transmit(now, &mut self.buf) {
-            self.transport.send(tx.to, &self.buf[..tx.len])?;
+        loop {
+            match self.machine.poll_transmit(now, &mut self.buf) {
+                Ok(Some(tx)) => self.transport.send(tx.to, &self.buf[..tx.len])?,
+                Ok(None) => break,
+                // `frame_capacity` fits every frame of the library's machines; a machine
+                // of the caller's may send more: grow to it (the frame stays queued).
+                Err(short) => self.buf.resize(short.needed, 0),
+            }
         }
         while let Some(event) = self.machine.poll_event() {
             self.events.push_back((now, event));

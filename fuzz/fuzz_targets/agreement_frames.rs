@@ -8,7 +8,7 @@
 use arbitrary::Arbitrary;
 use ft_core::agreement::{Agreement, Config, Event};
 use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header};
-use ft_core::{Instant, Protocol, RankSet};
+use ft_core::{BufferTooShort, Instant, Protocol, RankSet};
 use libfuzzer_sys::fuzz_target;
 
 /// A payload built field by field, so the fuzzer reaches past the decoder.
@@ -105,7 +105,27 @@ fuzz_target!(|input: Input| {
                 let _ = machine.on_rank_failed(now, u32::from(rank) % n);
             }
         }
-        while let Some(tx) = machine.poll_transmit(now, &mut buf) {
+        // Every frame first meets an empty buffer and one a byte short of it: a typed
+        // error that keeps it queued; the retry with exactly its size sends it.
+        loop {
+            let needed = match machine.poll_transmit(now, &mut []) {
+                Ok(None) => break,
+                Ok(Some(tx)) => panic!("a frame fit an empty buffer: {tx:?}"),
+                Err(e) => e.needed,
+            };
+            assert!(needed <= buf.len(), "{needed} bytes exceed frame_capacity");
+            assert_eq!(
+                machine.poll_transmit(now, &mut buf[..needed - 1]),
+                Err(BufferTooShort {
+                    needed,
+                    available: needed - 1
+                })
+            );
+            let tx = machine
+                .poll_transmit(now, &mut buf[..needed])
+                .expect("fits")
+                .expect("still queued");
+            assert_eq!(tx.len, needed);
             assert!(tx.to < n && tx.to != me, "frame to {} from {me}", tx.to);
             let (header, _) =
                 Header::decode(&buf[..tx.len], Context { comm, n }, me).expect("own frames decode");

@@ -149,7 +149,10 @@ fn entries_bytes(w: &mut ft_core::wire::Writer, n: u32, entries: &[(u8, u8, Vec<
 fn drain(machines: &mut [Broadcaster], n: u32, buf: &mut [u8], flights: &mut Vec<Flight>) {
     for (me, m) in machines.iter_mut().enumerate() {
         let me = me as Rank;
-        while let Some(t) = m.poll_transmit(Instant::ZERO, buf) {
+        while let Some(t) = m
+            .poll_transmit(Instant::ZERO, buf)
+            .expect("frame_capacity fits")
+        {
             assert!(t.to < n && t.to != me, "frame to {} from {me}", t.to);
             let bytes = buf[..t.len].to_vec();
             let (h, _) =

@@ -81,7 +81,7 @@ fn check(d: &Detector, n: u32, me: u32) {
 /// detector sends only detector frames (a node also agreement and revoke ones).
 fn drain<P: Protocol>(p: &mut P, now: Instant, n: u32, me: u32, buf: &mut [u8], bare: bool) {
     let ctx = Context { comm: 5, n };
-    while let Some(t) = p.poll_transmit(now, buf) {
+    while let Some(t) = p.poll_transmit(now, buf).expect("frame_capacity fits") {
         assert!(t.to < n && t.to != me, "frame to {} from {me}", t.to);
         let (header, _) = Header::decode(&buf[..t.len], ctx, me).expect("own frames decode");
         if bare {

@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use hashbrown::{HashMap, HashSet};
 
 use ft_core::wire::{self, Context, FrameKind, Header, MAX_CHUNK};
-use ft_core::{FrameError, Instant, Protocol, Rank, Transmit};
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit};
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
@@ -364,57 +364,69 @@ impl Protocol for Broadcaster {
 
     fn handle_timeout(&mut self, _now: Instant) {}
 
-    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        // A frame leaves the queue only once it is written: a short buffer keeps it.
         loop {
-            match self.out.pop_front()? {
+            let Some(next) = self.out.front() else {
+                return Ok(None);
+            };
+            let (to, task, output, offset) = match next {
                 Outgoing::Frame { to, bytes } => {
-                    let len = wire::copy_out(&bytes, buf);
-                    return Some(Transmit { to, len });
+                    let (to, len) = (*to, wire::copy_out(bytes, buf)?);
+                    self.out.pop_front();
+                    return Ok(Some(Transmit { to, len }));
                 }
-                Outgoing::Stream {
+                &Outgoing::Stream {
                     to,
                     task,
                     output,
                     offset,
-                } => {
-                    let head = Header {
-                        kind: FrameKind::BcastData,
-                        comm: self.cfg.comm,
-                        epoch: task,
-                        sender: self.cfg.me,
-                    };
-                    let Some(t) = self.tasks.get_mut(&task) else {
-                        continue;
-                    };
-                    let Some(&total) = t.sizes.get(&output) else {
-                        continue;
-                    };
-                    let end = (offset + MAX_CHUNK as u64).min(total);
-                    // The in-order prefix held so far: the next chunk goes as soon as it
-                    // is there (pipelining), else the stream waits for it.
-                    let held = t.buffers.get(&output).map_or(&[][..], |b| &b.data[..]);
-                    if (held.len() as u64) < end {
-                        t.parked.push(Parked { to, output, offset });
-                        continue;
-                    }
-                    let mut w = head.start();
-                    w.put_varint(output.into())
-                        .put_varint(total)
-                        .put_varint(offset)
-                        .put_bytes(&held[offset as usize..end as usize]);
-                    let frame = w.finish();
-                    if end < total {
-                        self.out.push_back(Outgoing::Stream {
-                            to,
-                            task,
-                            output,
-                            offset: end,
-                        });
-                    }
-                    let len = wire::copy_out(&frame, buf);
-                    return Some(Transmit { to, len });
-                }
+                } => (to, task, output, offset),
+            };
+            let head = Header {
+                kind: FrameKind::BcastData,
+                comm: self.cfg.comm,
+                epoch: task,
+                sender: self.cfg.me,
+            };
+            let Some(t) = self.tasks.get_mut(&task) else {
+                self.out.pop_front();
+                continue;
+            };
+            let Some(&total) = t.sizes.get(&output) else {
+                self.out.pop_front();
+                continue;
+            };
+            let end = (offset + MAX_CHUNK as u64).min(total);
+            // The in-order prefix held so far: the next chunk goes as soon as it
+            // is there (pipelining), else the stream waits for it.
+            let held = t.buffers.get(&output).map_or(&[][..], |b| &b.data[..]);
+            if (held.len() as u64) < end {
+                t.parked.push(Parked { to, output, offset });
+                self.out.pop_front();
+                continue;
             }
+            let len = head
+                .write_into(buf)
+                .put_varint(output.into())
+                .put_varint(total)
+                .put_varint(offset)
+                .put_bytes(&held[offset as usize..end as usize])
+                .finish()?;
+            self.out.pop_front();
+            if end < total {
+                self.out.push_back(Outgoing::Stream {
+                    to,
+                    task,
+                    output,
+                    offset: end,
+                });
+            }
+            return Ok(Some(Transmit { to, len }));
         }
     }
 

@@ -56,7 +56,10 @@ impl Net {
         let Some(m) = self.ranks[r as usize].as_mut() else {
             return;
         };
-        while let Some(t) = m.poll_transmit(Instant::ZERO, &mut self.buf) {
+        while let Some(t) = m
+            .poll_transmit(Instant::ZERO, &mut self.buf)
+            .expect("frame_capacity fits")
+        {
             self.subtree_frames += usize::from(self.buf[1] == FrameKind::BcastSubtree as u8);
             self.frames.push((r, t.to, self.buf[..t.len].to_vec()));
         }
@@ -309,7 +312,9 @@ fn a_request_before_the_activation_is_queued_not_dropped() {
     m1.handle_message(Instant::ZERO, 2, &request_frame(2))
         .unwrap();
     assert!(
-        m1.poll_transmit(Instant::ZERO, &mut net.buf).is_none(),
+        m1.poll_transmit(Instant::ZERO, &mut net.buf)
+            .expect("frame_capacity fits")
+            .is_none(),
         "nothing to answer with yet"
     );
     net.ranks[0]
@@ -347,12 +352,19 @@ fn a_frame_from_this_rank_itself_is_refused() {
     let root = net.ranks[1].as_mut().unwrap();
     root.start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, 100)])
         .unwrap();
-    while root.poll_transmit(Instant::ZERO, &mut net.buf).is_some() {}
+    while root
+        .poll_transmit(Instant::ZERO, &mut net.buf)
+        .expect("frame_capacity fits")
+        .is_some()
+    {}
     assert_eq!(
         root.handle_message(Instant::ZERO, 1, &request_frame(1)),
         Err(FrameError::Malformed("frame from self"))
     );
-    assert!(root.poll_transmit(Instant::ZERO, &mut net.buf).is_none());
+    assert!(root
+        .poll_transmit(Instant::ZERO, &mut net.buf)
+        .expect("frame_capacity fits")
+        .is_none());
 }
 
 /// The header of a frame of task 5 (communicator 9) from `sender`.
@@ -422,7 +434,7 @@ fn a_huge_announcement_costs_no_memory_until_data_arrives() {
         .unwrap();
     assert_eq!(held_bytes(&m), 0);
     let mut buf = vec![0; wire::frame_capacity(3)];
-    let request = m.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    let request = m.poll_transmit(Instant::ZERO, &mut buf).unwrap().unwrap();
     assert_eq!((request.to, buf[1]), (0, FrameKind::BcastRequest as u8));
     // Data grows the buffer by what arrives: the first chunk, then one far ahead.
     m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, gib, 0))
@@ -482,6 +494,7 @@ fn announced_totals_over_the_limit_are_refused() {
     assert_eq!(m.tasks[&5].trees.len(), 1);
     assert!(m
         .poll_transmit(Instant::ZERO, &mut vec![0; wire::frame_capacity(3)])
+        .expect("frame_capacity fits")
         .is_some());
     assert_eq!(held_bytes(&m), 0);
 
@@ -623,7 +636,7 @@ proptest! {
         frame.extend_from_slice(&body);
         let _ = m.handle_message(Instant::ZERO, 7, &frame);
         let mut buf = vec![0; wire::frame_capacity(50)];
-        while m.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
+        while m.poll_transmit(Instant::ZERO, &mut buf).expect("frame_capacity fits").is_some() {}
         while m.poll_event().is_some() {}
     }
 }

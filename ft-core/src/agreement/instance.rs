@@ -3,9 +3,9 @@
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
-use alloc::vec::Vec;
+use alloc::sync::Arc;
 
-use super::msg::{Msg, Report};
+use super::msg::{Msg, Out, Report};
 use super::round::{Phase, Round, Tree};
 use super::sweep::{self, Progress, Sweeps};
 use super::{Ballot, Config};
@@ -49,7 +49,7 @@ pub(super) struct Instance {
 #[derive(Clone, Debug)]
 pub(super) enum Wave {
     /// A decision broadcast over the tree of the ranks outside this excluded set.
-    Tree(RankSet),
+    Tree(Arc<RankSet>),
     /// The fast path: every participant decides when it finishes sweep 2, so any
     /// participant death may leave some of them waiting.
     Sweeps,
@@ -59,17 +59,17 @@ pub(super) enum Wave {
 pub(super) struct Io<'a> {
     pub(super) cfg: &'a Config,
     pub(super) dead: &'a RankSet,
-    pub(super) out: &'a mut VecDeque<(Rank, Vec<u8>)>,
+    pub(super) out: &'a mut VecDeque<(Rank, u32, Out)>,
     pub(super) sent: &'a mut u64,
     /// The lowest rank not in `dead`: the coordinator in this rank's view.
     pub(super) lowest_live: Rank,
 }
 
 impl Io<'_> {
-    pub(super) fn send(&mut self, to: Rank, epoch: u32, msg: &Msg) {
+    /// Queues `msg` for `to`; it is encoded only when `poll_transmit` takes it.
+    pub(super) fn send(&mut self, to: Rank, epoch: u32, msg: Out) {
         *self.sent += 1;
-        self.out
-            .push_back((to, msg.encode(self.cfg.comm, epoch, self.cfg.me)));
+        self.out.push_back((to, epoch, msg));
     }
     pub(super) fn coordinator(&self) -> Option<Rank> {
         (self.lowest_live < self.cfg.n).then_some(self.lowest_live)
@@ -90,7 +90,7 @@ impl Instance {
         let (leading, round) = if sweeping {
             (None, None)
         } else {
-            let round = Round::new(n, me, ballot, Tree::new(&base), base.clone());
+            let round = Round::new(n, me, ballot, Tree::new(&base), Arc::new(base.clone()));
             ((c0 == me).then_some(ballot), Some(Box::new(round)))
         };
         // A participant already known dead cannot sweep: go straight to the rounds.
@@ -183,15 +183,15 @@ impl Instance {
                 }
                 self.max_round = self.max_round.max(ballot.round);
                 if ballot < self.promised {
-                    let report = Report::rejection(io.cfg.n, self.promised);
-                    io.send(from, self.epoch, &Msg::Promise { ballot, report });
+                    let report = Arc::new(Report::rejection(io.cfg.n, self.promised));
+                    io.send(from, self.epoch, Msg::Promise { ballot, report });
                     return Ok(());
                 }
                 if ballot == self.promised {
                     return Ok(()); // duplicate
                 }
                 self.promised = ballot;
-                self.begin_round(io, ballot, tree, excluded);
+                self.begin_round(io, ballot, tree, Arc::new(excluded));
             }
             Msg::Promise { ballot, report } => {
                 self.max_round = self.max_round.max(report.reject.map_or(0, |b| b.round));
@@ -212,7 +212,7 @@ impl Instance {
                         ballot,
                         reject: Some(self.promised),
                     };
-                    io.send(from, self.epoch, &msg);
+                    io.send(from, self.epoch, msg);
                     return Ok(());
                 }
                 let Some(round) = self.round.as_mut() else {
@@ -265,13 +265,8 @@ impl Instance {
                 if tree.parent(me) != Some(from) {
                     return Err(FrameError::Malformed("decision not from the tree parent"));
                 }
-                for c in tree.children(me) {
-                    let msg = Msg::Decide {
-                        excluded: excluded.clone(),
-                        value: value.clone(),
-                    };
-                    io.send(c, self.epoch, &msg);
-                }
+                let excluded = Arc::new(excluded);
+                self.broadcast_decision(io, &tree, &excluded, &value);
                 self.wave = Some(Wave::Tree(excluded));
                 self.wave_checked = None;
                 self.fast = None;
@@ -385,20 +380,37 @@ impl Instance {
     /// this rank believes alive.
     pub(super) fn decide_and_broadcast(&mut self, io: &mut Io<'_>, mut value: RankSet) {
         value.union_with(&self.base);
-        let excluded = io.dead.clone();
+        let excluded = Arc::new(io.dead.clone());
         let tree = Tree::new(&excluded);
-        for c in tree.children(io.cfg.me) {
-            let msg = Msg::Decide {
-                excluded: excluded.clone(),
-                value: value.clone(),
-            };
-            io.send(c, self.epoch, &msg);
-        }
+        self.broadcast_decision(io, &tree, &excluded, &value);
         self.wave = Some(Wave::Tree(excluded));
         self.wave_checked = None;
         self.fast = None;
         self.decided = Some(value);
         self.compact();
+    }
+
+    /// Passes the decision `value` on to this rank's children in `tree`; they share one
+    /// copy of the body.
+    fn broadcast_decision(
+        &self,
+        io: &mut Io<'_>,
+        tree: &Tree,
+        excluded: &Arc<RankSet>,
+        value: &RankSet,
+    ) {
+        let children = tree.children(io.cfg.me);
+        if children.is_empty() {
+            return;
+        }
+        let value = Arc::new(value.clone());
+        for c in children {
+            let msg = Msg::Decide {
+                excluded: Arc::clone(excluded),
+                value: Arc::clone(&value),
+            };
+            io.send(c, self.epoch, msg);
+        }
     }
 
     /// Frees what a decided rank no longer needs: its finished round (a round still
@@ -461,7 +473,7 @@ impl Instance {
         self.lead_failed = false;
         let excluded = io.dead.clone();
         self.leading = Some(ballot);
-        self.begin_round(io, ballot, Tree::new(&excluded), excluded);
+        self.begin_round(io, ballot, Tree::new(&excluded), Arc::new(excluded));
     }
 
     /// Takes part in ballot `ballot` (round ≥ 1) over the tree of the ranks outside
@@ -471,7 +483,7 @@ impl Instance {
         io: &mut Io<'_>,
         ballot: Ballot,
         tree: Tree,
-        excluded: RankSet,
+        excluded: Arc<RankSet>,
     ) {
         // Promising a ballot ≥ 1 leaves the fast path for good: no sweep frame follows.
         self.fast = None;
@@ -483,12 +495,13 @@ impl Instance {
 
     /// The running round's broadcast of its current phase, as this rank passes it on:
     /// the prepare (rounds ≥ 1) while promises gather, the accepted value after.
-    pub(super) fn down_message(&self) -> Option<Msg> {
+    /// Its body is built once per call and shared by every receiver.
+    pub(super) fn down_message(&self) -> Option<Out> {
         let round = self.round.as_ref()?;
         match round.phase {
             Phase::Promising | Phase::Promised if round.ballot.round > 0 => Some(Msg::Prepare {
                 ballot: round.ballot,
-                excluded: round.excluded.clone(),
+                excluded: Arc::clone(&round.excluded),
             }),
             Phase::Accepting | Phase::Accepted => self
                 .accepted
@@ -496,7 +509,7 @@ impl Instance {
                 .filter(|(b, _)| *b == round.ballot)
                 .map(|(b, v)| Msg::Accept {
                     ballot: *b,
-                    value: v.clone(),
+                    value: Arc::new(v.clone()),
                 }),
             _ => None,
         }
@@ -505,7 +518,7 @@ impl Instance {
     /// Sends [`Instance::down_message`] to the live ranks below `under`.
     pub(super) fn pass_down(&self, io: &mut Io<'_>, under: Rank) {
         if let (Some(round), Some(msg)) = (self.round.as_ref(), self.down_message()) {
-            round.send_below(io, self.epoch, under, &msg);
+            round.send_below(io, self.epoch, under, msg);
         }
     }
 

@@ -195,6 +195,19 @@
 //!
 //! No timers: the machine waits on messages and detector news only, so `poll_timeout` is
 //! always `None` and `handle_timeout` does nothing.
+//!
+//! # Frames without allocation
+//!
+//! The machine queues typed messages `(to, epoch, body)` (module `msg`, `Out`) and
+//! encodes each one only in `poll_transmit`, in place into the caller's buffer; a buffer
+//! too short for it is [`BufferTooShort`] and the frame stays first in the queue.
+//! Invariants: a queued body's rank sets are shared (`Arc`) with the machine's state
+//! and with the other receivers of the same broadcast, never copied per receiver; a
+//! sweep-1 frame shares the sender's union, which is copied on write only when it grows
+//! while such a frame still waits; a queued frame is encoded exactly as it was when it
+//! was queued (its shared sets are never changed in place). So a failure-free
+//! validation allocates a constant per call and rank (its epoch's state) and nothing per
+//! frame once the queues have grown to size (`tests/agreement_allocations.rs`).
 
 mod instance;
 mod msg;
@@ -208,15 +221,15 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::error::FrameError;
+use crate::error::{BufferTooShort, FrameError};
 use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
 use crate::rankset::RankSet;
 use crate::time::Instant;
-use crate::wire::{self, Context, Family, Header, Reader};
+use crate::wire::{Context, Family, Header, Reader};
 
 use instance::{Instance, Io};
-use msg::Msg;
+use msg::{Msg, Out};
 
 /// Default [`Config::sweep_limit`]: the fast path up to `2^17` participants (at most
 /// `2·17·2^17 ≈ 4.5·10^6` frames per validation), the tree above.
@@ -358,7 +371,8 @@ pub struct Agreement {
     /// Epochs whose decision was already reported.
     reported: u32,
     buffered: VecDeque<(Rank, u32, Msg)>,
-    out: VecDeque<(Rank, Vec<u8>)>,
+    /// Frames to send, typed: `(to, epoch, body)`, encoded by `poll_transmit`.
+    out: VecDeque<(Rank, u32, Out)>,
     events: VecDeque<Event>,
     excluded: bool,
     sent: u64,
@@ -512,7 +526,7 @@ impl Agreement {
     }
 
     /// Feeds a frame whose header was already decoded and checked against this
-    /// agreement's communicator (by a layer that dispatches on [`wire::FrameKind::family`]);
+    /// agreement's communicator (by a layer that dispatches on [`crate::wire::FrameKind::family`]);
     /// `reader` is positioned after the header.
     pub fn handle_frame(
         &mut self,
@@ -621,10 +635,19 @@ impl Protocol for Agreement {
 
     fn handle_timeout(&mut self, _now: Instant) {}
 
-    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let (to, frame) = self.out.pop_front()?;
-        let len = wire::copy_out(&frame, buf);
-        Some(Transmit { to, len })
+    fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        let Some((to, epoch, body)) = self.out.front() else {
+            return Ok(None);
+        };
+        // Encoded before it leaves the queue: a short buffer keeps it there.
+        let len = body.encode(self.cfg.comm, *epoch, self.cfg.me, buf)?;
+        let to = *to;
+        self.out.pop_front();
+        Ok(Some(Transmit { to, len }))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -1,12 +1,19 @@
 //! The agreement's typed messages and their codec.
+//!
+//! One enum, [`Msg`], serves both directions, generic over how it holds its rank sets:
+//! decoded frames own theirs (`Msg`, the default parameters); queued frames ([`Out`])
+//! share them behind `Arc`s, so a broadcast to `c` children holds one copy of its body,
+//! not `c`, and a sweep frame shares the sender's union instead of copying it. A queued
+//! message is encoded only in `poll_transmit`, in place into the caller's buffer.
 
-use alloc::vec::Vec;
+use alloc::sync::Arc;
+use core::borrow::Borrow;
 
 use super::Ballot;
-use crate::error::FrameError;
+use crate::error::{BufferTooShort, FrameError};
 use crate::rank::Rank;
 use crate::rankset::RankSet;
-use crate::wire::{FrameKind, Header, Reader, Writer};
+use crate::wire::{FrameKind, Header, Reader, Sink, Writer};
 
 /// What a subtree reports up in the promise reduce.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,33 +53,34 @@ impl Report {
     }
 }
 
-/// A decoded agreement frame.
+/// An agreement frame: decoded (`S = RankSet`, `R = Report`, the defaults) or queued
+/// ([`Out`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Msg {
+pub(super) enum Msg<S = RankSet, R = Report> {
     Prepare {
         ballot: Ballot,
-        excluded: RankSet,
+        excluded: S,
     },
     Promise {
         ballot: Ballot,
-        report: Report,
+        report: R,
     },
     Accept {
         ballot: Ballot,
-        value: RankSet,
+        value: S,
     },
     Accepted {
         ballot: Ballot,
         reject: Option<Ballot>,
     },
     Decide {
-        excluded: RankSet,
-        value: RankSet,
+        excluded: S,
+        value: S,
     },
     /// Fast path, sweep 1, round `round`: the sender's union of contributions so far.
     Sweep {
         round: u32,
-        union: RankSet,
+        union: S,
     },
     /// Fast path, sweep 2, round `round`: the sender finished sweep 1.
     SweepDone {
@@ -84,7 +92,11 @@ pub(super) const HAS_ACCEPTED: u8 = 1;
 pub(super) const HAS_DECIDED: u8 = 2;
 pub(super) const HAS_REJECT: u8 = 4;
 
-pub(super) fn put_ballot(w: &mut Writer, b: Ballot) {
+/// A queued frame's body: its sets are shared with the machine's state and with the
+/// same broadcast's other children.
+pub(super) type Out = Msg<Arc<RankSet>, Arc<Report>>;
+
+pub(super) fn put_ballot<K: Sink>(w: &mut Writer<K>, b: Ballot) {
     w.put_varint(b.round.into());
     w.put_rank(b.coord);
 }
@@ -96,7 +108,7 @@ pub(super) fn read_ballot(r: &mut Reader<'_>) -> Result<Ballot, FrameError> {
     })
 }
 
-impl Msg {
+impl<S: Borrow<RankSet>, R: Borrow<Report>> Msg<S, R> {
     pub(super) fn kind(&self) -> FrameKind {
         match self {
             Msg::Prepare { .. } => FrameKind::AgreePrepare,
@@ -109,21 +121,37 @@ impl Msg {
         }
     }
 
-    pub(super) fn encode(&self, comm: u32, epoch: u32, sender: Rank) -> Vec<u8> {
-        let mut w = Header {
+    /// Encodes the frame in place at the start of `buf`.
+    pub(super) fn encode(
+        &self,
+        comm: u32,
+        epoch: u32,
+        sender: Rank,
+        buf: &mut [u8],
+    ) -> Result<usize, BufferTooShort> {
+        let mut w = self.header(comm, epoch, sender).write_into(buf);
+        self.put_payload(&mut w);
+        w.finish()
+    }
+
+    pub(super) fn header(&self, comm: u32, epoch: u32, sender: Rank) -> Header {
+        Header {
             kind: self.kind(),
             comm,
             epoch,
             sender,
         }
-        .start();
+    }
+
+    pub(super) fn put_payload<K: Sink>(&self, w: &mut Writer<K>) {
         match self {
             Msg::Prepare { ballot, excluded } => {
-                put_ballot(&mut w, *ballot);
-                w.put_rankset(excluded);
+                put_ballot(w, *ballot);
+                w.put_rankset(excluded.borrow());
             }
             Msg::Promise { ballot, report } => {
-                put_ballot(&mut w, *ballot);
+                let report: &Report = report.borrow();
+                put_ballot(w, *ballot);
                 let flags = [
                     (report.accepted.is_some(), HAS_ACCEPTED),
                     (report.decided.is_some(), HAS_DECIDED),
@@ -135,42 +163,43 @@ impl Msg {
                 w.put_u8(flags);
                 w.put_rankset(&report.contrib);
                 if let Some((b, v)) = &report.accepted {
-                    put_ballot(&mut w, *b);
+                    put_ballot(w, *b);
                     w.put_rankset(v);
                 }
                 if let Some(v) = &report.decided {
                     w.put_rankset(v);
                 }
                 if let Some(b) = report.reject {
-                    put_ballot(&mut w, b);
+                    put_ballot(w, b);
                 }
             }
             Msg::Accept { ballot, value } => {
-                put_ballot(&mut w, *ballot);
-                w.put_rankset(value);
+                put_ballot(w, *ballot);
+                w.put_rankset(value.borrow());
             }
             Msg::Accepted { ballot, reject } => {
-                put_ballot(&mut w, *ballot);
+                put_ballot(w, *ballot);
                 w.put_u8(u8::from(reject.is_some()) * HAS_REJECT);
                 if let Some(b) = reject {
-                    put_ballot(&mut w, *b);
+                    put_ballot(w, *b);
                 }
             }
             Msg::Decide { excluded, value } => {
-                w.put_rankset(excluded);
-                w.put_rankset(value);
+                w.put_rankset(excluded.borrow());
+                w.put_rankset(value.borrow());
             }
             Msg::Sweep { round, union } => {
                 w.put_varint((*round).into());
-                w.put_rankset(union);
+                w.put_rankset(union.borrow());
             }
             Msg::SweepDone { round } => {
                 w.put_varint((*round).into());
             }
         }
-        w.finish()
     }
+}
 
+impl Msg {
     pub(super) fn decode(kind: FrameKind, r: &mut Reader<'_>) -> Result<Msg, FrameError> {
         let msg = match kind {
             FrameKind::AgreePrepare => Msg::Prepare {

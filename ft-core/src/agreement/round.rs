@@ -2,10 +2,11 @@
 //! ballot's participants ([`crate::tree::LiveTree`]): promise and acceptance gathers,
 //! repaired in place around deaths.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::instance::Io;
-use super::msg::{Msg, Report};
+use super::msg::{Msg, Out, Report};
 use super::Ballot;
 use crate::error::FrameError;
 use crate::rank::Rank;
@@ -35,7 +36,8 @@ pub(super) enum Phase {
 pub(super) struct Round {
     pub(super) ballot: Ballot,
     pub(super) tree: Tree,
-    pub(super) excluded: RankSet,
+    /// The ballot's excluded set, shared with the prepare frames that carry it.
+    pub(super) excluded: Arc<RankSet>,
     /// This rank's children in the ballot's tree (dead or not).
     pub(super) children: Vec<Rank>,
     pub(super) is_root: bool,
@@ -49,7 +51,13 @@ pub(super) struct Round {
 }
 
 impl Round {
-    pub(super) fn new(n: u32, me: Rank, ballot: Ballot, tree: Tree, excluded: RankSet) -> Self {
+    pub(super) fn new(
+        n: u32,
+        me: Rank,
+        ballot: Ballot,
+        tree: Tree,
+        excluded: Arc<RankSet>,
+    ) -> Self {
         Round {
             ballot,
             children: tree.children(me),
@@ -107,11 +115,11 @@ impl Round {
 
     /// Sends a broadcast message of this round to the live ranks below `under` (this
     /// rank for a first send; a dead child when passing on for it).
-    pub(super) fn send_below(&self, io: &mut Io<'_>, epoch: u32, under: Rank, msg: &Msg) {
+    pub(super) fn send_below(&self, io: &mut Io<'_>, epoch: u32, under: Rank, msg: Out) {
         let mut to = Vec::new();
         self.tree.live_below(under, io.dead, &mut to);
         for c in to {
-            io.send(c, epoch, msg);
+            io.send(c, epoch, msg.clone()); // shares the body: no copy of its sets
         }
     }
 
@@ -124,7 +132,7 @@ impl Round {
         let msg = match self.phase {
             Phase::Promised => Msg::Promise {
                 ballot,
-                report: self.report.clone(),
+                report: Arc::new(self.report.clone()),
             },
             Phase::Accepted => Msg::Accepted {
                 ballot,
@@ -132,7 +140,7 @@ impl Round {
             },
             Phase::Promising | Phase::Accepting => return,
         };
-        io.send(p, epoch, &msg);
+        io.send(p, epoch, msg);
         self.sent_to = Some(p);
     }
 }

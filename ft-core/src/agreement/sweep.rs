@@ -20,6 +20,8 @@
 //! ballot of the Paxos rounds); the safety argument lives in the module doc of
 //! [`super`]. This file only moves the sweeps forward; it never decides on its own.
 
+use alloc::sync::Arc;
+
 use super::instance::Io;
 use super::msg::Msg;
 use crate::error::FrameError;
@@ -96,8 +98,10 @@ pub(super) struct Sweeps {
     sent: u32,
     /// Rounds heard, bit `k` for round `k`, per sweep.
     heard: [u64; 2],
-    /// Sweep 1: the union of the contributions heard so far (this rank's included).
-    union: RankSet,
+    /// Sweep 1: the union of the contributions heard so far (this rank's included),
+    /// shared with the queued sweep-1 frames that carry it (copied on write, i.e. only
+    /// when it grows while such a frame still waits to be sent).
+    union: Arc<RankSet>,
 }
 
 impl Sweeps {
@@ -110,7 +114,7 @@ impl Sweeps {
             second: false,
             sent: 0,
             heard: [0; 2],
-            union: contribution,
+            union: Arc::new(contribution),
         }
     }
 
@@ -122,8 +126,8 @@ impl Sweeps {
     /// Records a sweep-1 frame of `round` (the sender was checked by [`check_sender`]).
     pub(super) fn hear_first(&mut self, round: u32, union: &RankSet) {
         self.heard[0] |= 1 << round;
-        if !self.second {
-            self.union.union_with(union);
+        if !self.second && !union.is_subset(&self.union) {
+            Arc::make_mut(&mut self.union).union_with(union);
         }
     }
 
@@ -154,10 +158,10 @@ impl Sweeps {
                 } else {
                     Msg::Sweep {
                         round: k,
-                        union: self.union.clone(),
+                        union: Arc::clone(&self.union),
                     }
                 };
-                io.send(to, epoch, &msg);
+                io.send(to, epoch, msg);
                 self.sent += 1;
                 continue;
             }

@@ -99,7 +99,12 @@ fn frames_round_trip() {
         Msg::SweepDone { round: 17 },
     ];
     for m in msgs {
-        let bytes = m.encode(4, 2, 11);
+        let mut w = m.header(4, 2, 11).start();
+        m.put_payload(&mut w);
+        let bytes = w.finish();
+        let mut buf = alloc::vec![0u8; bytes.len()];
+        assert_eq!(m.encode(4, 2, 11, &mut buf), Ok(bytes.len()));
+        assert_eq!(buf, bytes);
         let (h, mut r) = Header::decode(&bytes, Context { comm: 4, n }, 11).unwrap();
         assert_eq!(h.epoch, 2);
         assert_eq!(Msg::decode(h.kind, &mut r).unwrap(), m);
