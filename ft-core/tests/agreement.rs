@@ -857,7 +857,7 @@ fn a_short_transmit_buffer_is_a_typed_error_and_the_frame_goes_intact_on_retry()
     // Rank 1 contributes a set, so its first sweep frame has a body.
     let contribution = RankSet::from_ranks(n, [7, 8, 299]);
     let start = || {
-        let mut a = Agreement::new(Config::new(n, 1, 9));
+        let mut a = Agreement::new(Config::new(9, n, 1));
         a.start(Instant::ZERO, &contribution).unwrap();
         a
     };
