@@ -131,13 +131,13 @@ pub(super) fn refine_small<L: AsRef<[Rank]>>(
         sort_entries(n, lists, outsider, entries, &mut ranks)?;
     }
     // Class ids in order of first appearance: a scan of the masks seen while they are
-    // few (on the stack), a map beyond. Each new class's output set is made once.
-    let mut outputs: Vec<OutputSet> = Vec::with_capacity(ranks.len().min(SCAN + 1));
+    // few (kept on the stack), a map beyond (their masks kept in `more`).
     let mut seen = [0u64; SCAN + 1];
+    let mut more: Vec<u64> = Vec::new();
+    let mut classes = 0usize;
     let mut id_of: HashMap<u64, u32> = HashMap::new();
     for (_, mask_then_id) in ranks.iter_mut() {
         let mask = *mask_then_id;
-        let classes = outputs.len();
         let found = if classes <= SCAN {
             seen[..classes]
                 .iter()
@@ -147,24 +147,28 @@ pub(super) fn refine_small<L: AsRef<[Rank]>>(
             id_of.get(&mask).copied()
         };
         let id = found.unwrap_or_else(|| {
-            if classes < SCAN {
+            if classes <= SCAN {
                 seen[classes] = mask;
-            } else if classes == SCAN {
-                id_of.extend(
-                    seen[..SCAN]
-                        .iter()
-                        .enumerate()
-                        .map(|(id, &m)| (m, id as u32)),
-                );
-                id_of.insert(mask, classes as u32);
             } else {
+                more.push(mask);
+            }
+            if classes == SCAN {
+                id_of.extend(seen.iter().enumerate().map(|(id, &m)| (m, id as u32)));
+            } else if classes > SCAN {
                 id_of.insert(mask, classes as u32);
             }
-            outputs.push(output_set(mask));
-            classes as u32
+            classes += 1;
+            classes as u32 - 1
         });
         *mask_then_id = u64::from(id);
     }
+    let mut outputs: Vec<OutputSet> = Vec::with_capacity(classes);
+    outputs.extend(
+        seen[..classes.min(SCAN + 1)]
+            .iter()
+            .chain(&more)
+            .map(|&m| output_set(m)),
+    );
     // offsets[id + 1] counts class id, then (prefix sums) ends where it ends; placing
     // the ranks from the last moves it back to where the class starts.
     let mut offsets = Vec::with_capacity(outputs.len() + 2);
