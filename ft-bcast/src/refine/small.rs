@@ -49,8 +49,9 @@ fn merge_sorted<L: AsRef<[Rank]>>(
     outsider: Option<Rank>,
     ranks: &mut Vec<(Rank, u64)>,
 ) -> Option<()> {
-    let mut heads = [0usize; MERGE_LISTS];
-    for list in lists {
+    // What is left of each list.
+    let mut rest: [&[Rank]; MERGE_LISTS] = [&[]; MERGE_LISTS];
+    for (list, rest) in lists.iter().zip(&mut rest) {
         let list = list.as_ref();
         if list.windows(2).any(|w| w[0] >= w[1]) || list.last().is_some_and(|&r| r >= n) {
             return None;
@@ -58,22 +59,21 @@ fn merge_sorted<L: AsRef<[Rank]>>(
         if outsider.is_some_and(|o| list.binary_search(&o).is_ok()) {
             return None;
         }
+        *rest = list;
     }
+    let rest = &mut rest[..lists.len()];
     loop {
-        let mut next = Rank::MAX;
-        let mut mask = 0u64;
-        for (j, list) in lists.iter().enumerate() {
-            match list.as_ref().get(heads[j]) {
-                Some(&rank) if rank < next => (next, mask) = (rank, 1 << j),
-                Some(&rank) if rank == next => mask |= 1 << j,
-                _ => {}
-            }
-        }
-        if mask == 0 {
+        let Some(next) = rest.iter().filter_map(|l| l.first()).min().copied() else {
             return Some(());
-        }
-        for (j, head) in heads.iter_mut().enumerate().take(lists.len()) {
-            *head += (mask >> j & 1) as usize;
+        };
+        let mut mask = 0u64;
+        for (j, list) in rest.iter_mut().enumerate() {
+            if let [first, tail @ ..] = list {
+                if *first == next {
+                    mask |= 1 << j;
+                    *list = tail;
+                }
+            }
         }
         ranks.push((next, mask));
     }
