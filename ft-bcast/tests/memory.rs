@@ -69,8 +69,8 @@ const BYTES_PER_ENTRY: usize = 256;
 /// Bytes per tree the rank is in (its tree state, ancestors, tables' empty headers).
 const BYTES_PER_TREE: usize = 1024;
 /// Bytes per task: the task's maps and buffers' headers, and two B-tree nodes of 11
-/// slots each (the machine's task map, about 3 KiB, and the task's tree map, about
-/// 2.6 KiB), which a task with one tree pays in full.
+/// slots each (the machine's task map, 11 tasks of 248 bytes, and the task's tree map,
+/// 11 trees of 232 bytes), which a task with one tree pays in full.
 const BYTES_PER_TASK: usize = 8 << 10;
 /// Bytes a machine may keep after `forget`: the task map's emptied root node and its
 /// queues' capacity.
