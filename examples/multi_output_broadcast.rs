@@ -23,7 +23,7 @@ fn main() {
             let names: Vec<&str> = edge
                 .outputs
                 .iter()
-                .map(|j| plan.spec().outputs[j as usize].name.as_str())
+                .map(|j| plan.spec().outputs[j as usize].name.as_ref())
                 .collect();
             println!(
                 "{:>22}: {} -> {} carries {:?}",

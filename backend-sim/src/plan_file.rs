@@ -151,7 +151,7 @@ where
 fn output_names<'a>(plan: &'a Plan, set: &OutputSet) -> Vec<&'a str> {
     set.iter()
         .filter_map(|j| plan.spec().outputs.get(j as usize))
-        .map(|o| o.name.as_str())
+        .map(|o| &*o.name)
         .collect()
 }
 

@@ -100,7 +100,7 @@ impl SimStack {
         self.broadcasts
             .get(broadcast as usize)
             .and_then(|b| b.outputs.get(output as usize))
-            .map_or_else(|| output.to_string(), |o| o.name.clone())
+            .map_or_else(|| output.to_string(), |o| o.name.to_string())
     }
 }
 

@@ -10,7 +10,8 @@
 //!
 //! Destination `i` (spread over the communicator) needs output `j` when
 //! `(7i + 3j) mod 4 ≠ 0`, so the outputs' destination sets differ and form several
-//! classes, as tasks whose consumers read different outputs do.
+//! classes, as tasks whose consumers read different outputs do (`shape/mod.rs`, shared
+//! with `tests/memory.rs`, which counts the allocations of the same plans).
 //!
 //! `cargo bench -p ft-bcast --bench small_tasks` (criterion keeps the last run and prints
 //! the change against it).
@@ -19,34 +20,12 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion};
-use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec};
-use ft_core::{wire, Instant, Protocol, Rank};
+use ft_bcast::{Broadcaster, Config, Plan};
+use ft_core::{wire, Instant, Protocol};
+
+mod shape;
 
 const N: u32 = 1024;
-const NAMES: [&str; 8] = ["A", "B", "C", "D", "E", "F", "G", "H"];
-
-/// Each output's destinations, for `d` destinations and `m` outputs.
-fn lists(d: u32, m: u32) -> Vec<Vec<Rank>> {
-    let dest = |i: u32| 1 + i * (N - 1) / d;
-    (0..m)
-        .map(|j| {
-            (0..d)
-                .filter(|&i| m == 1 || (7 * i + 3 * j) % 4 != 0)
-                .map(dest)
-                .collect()
-        })
-        .collect()
-}
-
-/// The spec a runtime writes for the task.
-fn spec(lists: &[Vec<Rank>]) -> PlanSpec {
-    lists
-        .iter()
-        .zip(NAMES)
-        .fold(PlanSpec::new(N, 0), |spec, (dests, name)| {
-            spec.with_output(OutputSpec::new(name, 64, dests.clone()))
-        })
-}
 
 fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("small_task");
@@ -54,17 +33,17 @@ fn benches(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(1));
     let shapes = [(8, 1), (8, 4), (16, 1), (16, 4), (16, 8), (64, 4), (64, 8)];
     for (d, m) in shapes {
-        let lists = lists(d, m);
+        let lists = shape::lists(N, d, m);
         let id = format!("{d}x{m}");
         g.bench_function(BenchmarkId::new("plan", &id), |b| {
-            b.iter(|| Plan::build(spec(black_box(&lists))).unwrap())
+            b.iter(|| Plan::build(shape::spec(N, black_box(&lists), 64)).unwrap())
         });
         let mut root = Broadcaster::new(Config::new(0, N, 0));
         let mut buf = vec![0u8; wire::frame_capacity(N)];
         let payloads: Vec<Vec<u8>> = (0..m).map(|j| vec![j as u8; 64]).collect();
         g.bench_function(BenchmarkId::new("activate", &id), |b| {
             b.iter(|| {
-                let plan = Plan::build(spec(black_box(&lists))).unwrap();
+                let plan = Plan::build(shape::spec(N, black_box(&lists), 64)).unwrap();
                 root.start_broadcast(Instant::ZERO, 1, &plan, payloads.clone())
                     .unwrap();
                 let mut bytes = 0;

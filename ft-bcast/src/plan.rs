@@ -554,13 +554,15 @@ impl Plan {
     }
 
     fn compute_stats(&self) -> Stats {
-        let live: Vec<&Tree> = self.trees.iter().filter(|t| !t.is_empty()).collect();
-        Stats {
-            trees: live.len(),
-            activations: live.iter().map(|t| t.len).sum(),
-            bytes: live.iter().fold(0u64, |a, t| a.saturating_add(t.bytes)),
-            max_depth: live.iter().map(|t| t.depth).max().unwrap_or(0),
-        }
+        self.trees
+            .iter()
+            .filter(|t| !t.is_empty())
+            .fold(Stats::default(), |s, t| Stats {
+                trees: s.trees + 1,
+                activations: s.activations + t.len,
+                bytes: s.bytes.saturating_add(t.bytes),
+                max_depth: s.max_depth.max(t.depth),
+            })
     }
 }
 

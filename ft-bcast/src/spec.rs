@@ -9,6 +9,7 @@
 //! non-empty distinct output names, and destination lists of ranks `< ranks`, without the
 //! root and without repeats.
 
+use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -85,10 +86,14 @@ impl FromStr for Strategy {
 }
 
 /// One output of the task.
+///
+/// The name is a `Cow<'static, str>`: a literal (`"A"`, the common case in code that
+/// knows its outputs) is borrowed and costs no allocation per task; a name built at run
+/// time (`format!`, a C string, a plan file) is owned, as before.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputSpec {
     /// Its name (non-empty, unique within the task).
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// Its size in bytes.
     pub bytes: u64,
     /// The ranks that need it.
@@ -97,12 +102,23 @@ pub struct OutputSpec {
 
 impl OutputSpec {
     /// An output `name` of `bytes` bytes for `dests`.
-    pub fn new(name: impl Into<String>, bytes: u64, dests: impl Into<Vec<Rank>>) -> Self {
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        bytes: u64,
+        dests: impl Into<Vec<Rank>>,
+    ) -> Self {
         OutputSpec {
             name: name.into(),
             bytes,
             dests: dests.into(),
         }
+    }
+}
+
+/// An output's destination list, so the outputs themselves are the lists refined.
+impl AsRef<[Rank]> for OutputSpec {
+    fn as_ref(&self) -> &[Rank] {
+        &self.dests
     }
 }
 
@@ -197,20 +213,19 @@ impl PlanSpec {
     /// included; the plan separates them).
     pub(crate) fn partition(&self) -> Result<Partition, SpecError> {
         self.validate_header()?;
-        let lists: Vec<&[Rank]> = self.outputs.iter().map(|o| &o.dests[..]).collect();
-        refine_without(self.ranks, &lists, self.root).map_err(|e| match e {
+        refine_without(self.ranks, &self.outputs, self.root).map_err(|e| match e {
             RefineError::OutOfRange { list, rank } => SpecError::DestOutOfRange {
-                output: self.outputs[list].name.clone(),
+                output: String::from(&*self.outputs[list].name),
                 rank,
                 ranks: self.ranks,
             },
             RefineError::Duplicate { list, rank } => SpecError::DuplicateDest {
-                output: self.outputs[list].name.clone(),
+                output: String::from(&*self.outputs[list].name),
                 rank,
             },
             // The root needs nothing from itself.
             RefineError::Outsider { list, rank } => SpecError::RootInDests {
-                output: self.outputs[list].name.clone(),
+                output: String::from(&*self.outputs[list].name),
                 root: rank,
             },
             _ => SpecError::TooManyOutputs,
@@ -247,11 +262,11 @@ impl PlanSpec {
             let repeats = if pairwise {
                 self.outputs[..index].iter().any(|p| p.name == o.name)
             } else {
-                !names.insert(&o.name)
+                !names.insert(&*o.name)
             };
             if repeats {
                 return Err(SpecError::DuplicateName {
-                    name: o.name.clone(),
+                    name: String::from(&*o.name),
                 });
             }
         }

@@ -69,7 +69,7 @@ fn needs(spec: &PlanSpec) -> BTreeMap<Rank, BTreeSet<u32>> {
 
 fn names(plan: &Plan, set: &OutputSet) -> Vec<String> {
     set.iter()
-        .map(|j| plan.spec().outputs[j as usize].name.clone())
+        .map(|j| plan.spec().outputs[j as usize].name.to_string())
         .collect()
 }
 

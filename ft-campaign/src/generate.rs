@@ -99,7 +99,7 @@ impl Plan {
         self.outputs
             .iter()
             .filter(|o| rank != self.root && o.dests.contains(&rank))
-            .map(|o| o.name.clone())
+            .map(|o| o.name.to_string())
             .collect()
     }
 

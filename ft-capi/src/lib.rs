@@ -14,6 +14,7 @@
 //! needs the caller to have ended every other call on it.
 #![allow(non_camel_case_types)]
 
+use std::borrow::Cow;
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -729,6 +730,7 @@ pub unsafe extern "C" fn ft_bcast_start(
         let mut spec = PlanSpec::new(view.size(), view.rank())
             .with_topology(topology_of(topology, arity)?)
             .with_strategy(strategy_of(strategy)?);
+        spec.outputs.reserve(noutputs as usize);
         let mut payloads = Vec::with_capacity(noutputs as usize);
         for j in 0..noutputs as usize {
             // SAFETY: `j < noutputs` entries the caller made readable.
@@ -751,13 +753,25 @@ pub unsafe extern "C" fn ft_bcast_start(
                 // SAFETY: non-null and readable for `ndests` ranks (the contract).
                 unsafe { std::slice::from_raw_parts(output.dests, output.ndests as usize) }.to_vec()
             };
-            spec = spec.with_output(OutputSpec::new(format!("o{j}"), output.bytes, dests));
+            spec = spec.with_output(OutputSpec::new(output_name(j), output.bytes, dests));
             payloads.push(slice(output.data, len).to_vec());
         }
         runtime
             .start_broadcast(task, spec, payloads)
             .map_err(|e| code_of(&e))
     })
+}
+
+/// The name the C API gives output `j` (outputs are known by position): borrowed for
+/// the first 16, so a small task allocates no name.
+fn output_name(j: usize) -> Cow<'static, str> {
+    const NAMES: [&str; 16] = [
+        "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11", "o12", "o13",
+        "o14", "o15",
+    ];
+    NAMES
+        .get(j)
+        .map_or_else(|| Cow::Owned(format!("o{j}")), |&name| Cow::Borrowed(name))
 }
 
 /// Waits until this rank holds output `output` of broadcast `task`, then copies it

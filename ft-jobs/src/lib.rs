@@ -617,7 +617,7 @@ struct BroadcastJob {
 impl BroadcastJob {
     fn new(spec: &PlanSpec, me: Rank) -> Self {
         BroadcastJob {
-            names: spec.outputs.iter().map(|o| o.name.clone()).collect(),
+            names: spec.outputs.iter().map(|o| o.name.to_string()).collect(),
             sizes: spec.outputs.iter().map(|o| o.bytes).collect(),
             needs: (0..spec.outputs.len() as u32)
                 .filter(|&j| me != spec.root && spec.outputs[j as usize].dests.contains(&me))
