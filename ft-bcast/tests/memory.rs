@@ -150,7 +150,10 @@ fn measure(spec: PlanSpec) -> (Held, Held, Held, isize) {
                      charged: &mut isize,
                      wire: &mut VecDeque<(Rank, Rank, Vec<u8>)>,
                      released: &mut usize| {
-        while let Some(t) = charge(charged, || node.poll_transmit(Instant::ZERO, &mut buf)) {
+        while let Some(t) = charge(charged, || {
+            node.poll_transmit(Instant::ZERO, &mut buf)
+                .expect("the buffer holds frame_capacity bytes")
+        }) {
             wire.push_back((r, t.to, buf[..t.len].to_vec()));
         }
         while let Some(e) = charge(charged, || node.poll_event()) {
