@@ -25,9 +25,14 @@
 //!   finalizes and exits with status 2 (`--help` and `--version`: printed by rank 0,
 //!   status 0);
 //! - **a failure after connecting** (a timeout, an MPI error, the rank was declared
-//!   dead): the rank prints why and exits with status 1 without finalizing, as a crashed
-//!   rank would; under ULFM the others see it fail and finish without it, and
-//!   `mpiexec` exits non-zero;
+//!   dead): the rank prints why and ends by `SIGKILL` (`ft_jobs::die`), as a crashed
+//!   rank does; under ULFM the others see it fail and finish without it. It does not
+//!   exit with a non-zero status: PRRTE's `error-nonzero-status` policy (on by
+//!   default) then tears the job down once a second rank has failed and a survivor
+//!   leaves, killing the survivors still printing their results (measured: one
+//!   `SIGKILL`ed rank, one `exit(1)`, and the survivor that finished second never
+//!   printed). So `mpiexec` exits 0, as it does after any failure ULFM survives; the
+//!   reason is on stderr, and the survivors' `L` and `G` name the rank;
 //! - **success**: a rank that saw a failure exits without finalizing; one that saw none
 //!   finalizes, but gives up waiting after [`FINALIZE_LIMIT`] (a rank may have failed
 //!   after this one stopped looking).
@@ -191,10 +196,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // Fail-stop: leave as a crashed rank does, so that the others (under
             // ULFM) see this rank fail and finish without it; finalizing could wait
-            // forever on them.
+            // forever on them, and a non-zero exit status can end the job (module doc).
             eprintln!("ftmpi: rank {}: {e}", launch.rank());
             let _ = std::io::stderr().flush();
-            std::process::exit(1);
+            ft_jobs::die()
         }
     }
 }
