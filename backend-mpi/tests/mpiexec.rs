@@ -4,7 +4,8 @@
 //! `ft_jobs::conformance` says (the scenarios every backend runs), plus a smoke run of
 //! the MPI-only benchmark. Bad input (`conformance::BAD_INPUTS` and the benchmark's
 //! own) must end the job within seconds, with one clear message and a non-zero
-//! status, and so must a rank that fails after the job started.
+//! status; a rank that fails after the job started says why once and ends as a crashed
+//! rank, and the others finish without it.
 //!
 //! The MPI is the one the crate was built against: `mpiexec` is taken from `FT_MPIEXEC`,
 //! else from beside `MPICC`, else from `PATH`. Fault tests need Open MPI 5 with ULFM
@@ -26,10 +27,45 @@ static JOBS: Mutex<()> = Mutex::new(());
 /// The longest a job may take before it is killed and the test fails.
 const JOB_LIMIT: Duration = Duration::from_secs(120);
 
+/// The longest a job refusing its input may take: every rank refuses within a second
+/// or two, and each bounds its `MPI_Finalize`.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(30);
+
+/// A job killed past its limit: what it printed, and the processes it left running
+/// (`pid command`) when it was killed.
+struct Hung {
+    output: Output,
+    running: Vec<String>,
+}
+
+impl Hung {
+    /// Whether a rank (an `ftmpi` process) was still running: if none was, only the
+    /// launcher hung, after every rank had ended.
+    fn ranks_running(&self) -> bool {
+        self.running.iter().any(|p| p.contains(FTMPI))
+    }
+
+    fn describe(&self, args: &[&OsStr], limit: Duration) -> String {
+        format!(
+            "mpiexec {args:?} ran past {limit:?}\nstill running: {:#?}\nstdout:\n{}\nstderr:\n{}",
+            self.running,
+            String::from_utf8_lossy(&self.output.stdout),
+            String::from_utf8_lossy(&self.output.stderr)
+        )
+    }
+}
+
 /// Runs `mpiexec --with-ft ulfm ARGS` (ARGS: `-n N ftmpi ...`, or several such
 /// contexts) from the workspace root; kills it and fails the test past [`JOB_LIMIT`].
 /// Returns its output and how long it took.
 fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
+    mpiexec_within(args, JOB_LIMIT)
+        .unwrap_or_else(|hung| panic!("{}", hung.describe(args, JOB_LIMIT)))
+}
+
+/// [`mpiexec_run`] with its own limit; a job past it is killed and returned as
+/// [`Hung`].
+fn mpiexec_within(args: &[&OsStr], limit: Duration) -> Result<(Output, Duration), Hung> {
     let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut child = Command::new(ft_jobs::mpiexec::mpiexec_path())
@@ -50,19 +86,56 @@ fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
         });
     let started = Instant::now();
     while child.try_wait().expect("waiting for mpiexec").is_none() {
-        if started.elapsed() > JOB_LIMIT {
+        if started.elapsed() > limit {
+            let running = descendants(child.id());
             let _ = child.kill();
-            let out = child.wait_with_output().expect("reading mpiexec's output");
-            panic!(
-                "mpiexec {args:?} ran past {JOB_LIMIT:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            // The ranks may outlive the launcher: end them too, or the next job
+            // shares the cores with them.
+            for process in &running {
+                if let Some(pid) = process.split(' ').next() {
+                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                }
+            }
+            let output = child.wait_with_output().expect("reading mpiexec's output");
+            return Err(Hung { output, running });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("reading mpiexec's output");
-    (out, started.elapsed())
+    Ok((out, started.elapsed()))
+}
+
+/// The processes below `root` (`pid command`), read from `/proc`.
+fn descendants(root: u32) -> Vec<String> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut below = vec![root];
+    let mut found = Vec::new();
+    while let Some(parent) = below.pop() {
+        for &pid in &pids {
+            if parent_of(pid) == Some(parent) {
+                below.push(pid);
+                let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                    .unwrap_or_default();
+                found.push(format!("{pid} {}", command.trim_end()));
+            }
+        }
+    }
+    found
 }
 
 /// `-n RANKS ftmpi ARGS`, as [`mpiexec_run`] takes it.
@@ -217,6 +290,25 @@ fn bench_times_the_shrink_beside_ulfm_shrink_after_a_kill() {
 }
 
 /// The job failed promptly with `message` said once (`conformance::refused`).
+/// Runs a job that must refuse its input. Once seen in CI (1 of ~60 such jobs, not
+/// reproduced in 100 more under load): every rank had refused, yet `mpiexec` itself
+/// ran on for 120 s. A job whose ranks have all ended but whose launcher hangs is run
+/// once more, and said so on stderr; a rank still running fails the test.
+fn refusing_run(args: &[&OsStr]) -> (Output, Duration) {
+    match mpiexec_within(args, REFUSAL_LIMIT) {
+        Ok(run) => run,
+        Err(hung) if !hung.ranks_running() => {
+            eprintln!(
+                "the launcher hung after every rank had ended; running once more:\n{}",
+                hung.describe(args, REFUSAL_LIMIT)
+            );
+            mpiexec_within(args, REFUSAL_LIMIT)
+                .unwrap_or_else(|hung| panic!("{}", hung.describe(args, REFUSAL_LIMIT)))
+        }
+        Err(hung) => panic!("{}", hung.describe(args, REFUSAL_LIMIT)),
+    }
+}
+
 fn refused(args: &[&str], (out, took): &(Output, Duration), message: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     conformance::refused(out.status.success(), &stderr, *took, message)
@@ -243,7 +335,7 @@ fn bad_input_ends_the_job_before_any_rank_connects() {
         .map(|bad| (bad.ranks, bad.args, bad.message));
     for (ranks, args, message) in common.chain(bench.iter().copied()) {
         let n = ranks.to_string();
-        let run = mpiexec_run(&context(&n, args));
+        let run = refusing_run(&context(&n, args));
         refused(args, &run, message);
         assert_eq!(
             run.0.status.code(),
