@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
+pub use bytes::Bytes;
 use ft_core::Rank;
 
 /// What one receive attempt found.
@@ -42,6 +43,22 @@ pub trait Transport {
     fn size(&self) -> u32;
     /// Starts sending `frame` to `to` (below [`Transport::size`]).
     fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), Self::Error>;
+    /// Starts sending one frame made of `head` followed by `payload` to `to`: the
+    /// bulk-data path, where `payload` is a slice of a broadcast's shared buffer. A
+    /// transport that can send from two places at once (an MPI datatype, an iovec)
+    /// keeps a clone of `payload` until the send completes and copies none of it, and
+    /// says so in [`Transport::copies_payload`]. The default copies both into one
+    /// frame and calls [`Transport::send`].
+    fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), Self::Error> {
+        let mut frame = Vec::with_capacity(head.len() + payload.len());
+        frame.extend_from_slice(head);
+        frame.extend_from_slice(payload);
+        self.send(to, &frame)
+    }
+    /// Whether [`Transport::send_parts`] copies the payload (the default does).
+    fn copies_payload(&self) -> bool {
+        true
+    }
     /// Receives one frame if one has arrived.
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error>;
     /// Completes finished sends (freeing their buffers).
