@@ -54,10 +54,16 @@ impl JobTransport for MpiTransport {
             ("lost_in_transfer", s.lost_in_transfer),
             ("failure_acks", s.failure_acks),
             ("send_buffers", s.send_buffers),
+            ("unattributed_failures", s.unattributed_failures),
+            ("payload_bytes_in_place", s.payload_bytes_in_place),
+            ("payload_bytes_copied", s.payload_bytes_copied),
         ]
     }
     fn saw_failure(&self) -> bool {
         let s = self.stats();
-        s.failure_acks > 0 || s.dropped_to_failed > 0 || s.lost_in_transfer > 0
+        s.failure_acks > 0
+            || s.dropped_to_failed > 0
+            || s.lost_in_transfer > 0
+            || s.unattributed_failures > 0
     }
 }

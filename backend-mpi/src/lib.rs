@@ -3,7 +3,8 @@
 //! logic.
 //!
 //! - [`transport`]: [`MpiTransport`], frames over a duplicate of a communicator with
-//!   `MPI_ERRORS_RETURN`, nonblocking sends, matched-probe receives, and (feature
+//!   `MPI_ERRORS_RETURN`, nonblocking sends (bulk payloads sent in place through a
+//!   two-block datatype), a ring of pre-posted any-source receives, and (feature
 //!   `ulfm`, on by default) the failure acknowledgement ULFM requires for any-source
 //!   receives after a process dies;
 //! - [`ulfm`] (feature `ulfm`): the ULFM calls the crate uses, and `MPIX_Comm_agree`
@@ -15,7 +16,8 @@
 //! - the `ftmpi` binary runs a global validation or a broadcast across the ranks of an
 //!   `mpiexec` job, optionally killing one rank for real (`SIGKILL`), and prints one
 //!   JSON line per surviving rank; `ftmpi bench` times `validate_global` against ULFM's
-//!   `MPIX_Comm_agree` and `MPI_Barrier` in the same run.
+//!   `MPIX_Comm_agree` and `MPI_Barrier` in the same run; `ftmpi send-parts` checks
+//!   and times the transport's bulk-data path alone.
 //!
 //! Failure detection is the core's own heartbeat detector, whatever the MPI: the MPI's
 //! own failure reports only keep the transport working. Fault tests need an MPI that

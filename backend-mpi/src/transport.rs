@@ -8,26 +8,53 @@
 //! - **send** copies the frame into a buffer owned by a pending `MPI_Isend`, taken
 //!   from a pool of spare buffers; when the request completes (one `MPI_Testsome` over
 //!   every pending send in [`MpiTransport::progress`]) the buffer goes back to the pool
-//!   (at most [`SPARE_BUFFERS`] are kept), so steady traffic allocates nothing;
+//!   (at most [`SPARE_BUFFERS`] are kept), so steady traffic allocates nothing.
 //!   A send that fails because its peer died is dropped and counted: the protocol
 //!   learns of deaths from its own detector, and every frame it sends to a rank it will
-//!   find dead is one it no longer needs delivered;
-//! - **receive** is a matched probe (`MPI_Improbe` from any source) then `MPI_Mrecv`,
-//!   so the frame's size is known before it is read. A frame longer than the largest
-//!   frame of this communicator ([`ft_core::wire::frame_capacity`]) is read and
-//!   reported as [`Received::Oversized`], never handed on;
-//! - with the `ulfm` feature, an any-source probe that fails because a process died
-//!   (`MPI_ERR_PROC_FAILED`, `MPI_ERR_PROC_FAILED_PENDING`) acknowledges the failures
-//!   (`MPIX_Comm_ack_failed`) and probes again, as ULFM requires.
+//!   find dead is one it no longer needs delivered. A process failure may come back
+//!   in a request's status (`MPI_ERR_IN_STATUS`, what Open MPI 5 does) or, as ULFM
+//!   allows, as `MPI_Testsome`'s own code, which names no request: then each send is
+//!   tested alone ([`TransportStats::unattributed_failures`]);
+//! - **send_parts** (the bulk-data path) sends a header and a payload as one message
+//!   without copying the payload: the header goes into a pooled buffer and an
+//!   `MPI_Type_create_hindexed` of two byte blocks (header, then payload, at their
+//!   addresses relative to the header) describes the message; the datatype is freed
+//!   once the `MPI_Isend` is posted (MPI keeps it while the send needs it), and a
+//!   clone of the payload's [`Bytes`] stays in the pending send until it completes.
+//!   Payloads shorter than [`COPY_BELOW`] are copied after the header instead (a
+//!   datatype costs more than such a copy). The receiver sees one contiguous frame;
+//!   [`TransportStats::payload_bytes_in_place`] and
+//!   [`TransportStats::payload_bytes_copied`] count the two cases;
+//! - **receive** keeps a ring of [`RECV_SLOTS`] any-source `MPI_Irecv`s posted, each
+//!   into its own buffer of the largest frame of this communicator
+//!   ([`ft_core::wire::frame_capacity`]). MPI matches an arriving message to the
+//!   earliest posted receive that fits, so the ring's head is always the first to be
+//!   matched: [`MpiTransport::try_recv`] tests the head alone (`MPI_Test`), lends its
+//!   frame out, and re-posts it at the next call before moving to the next slot. So
+//!   frames are handed on in the order MPI matched them, and frames from one sender
+//!   keep their order (MPI's non-overtaking rule), as with a probe per frame. A longer
+//!   message is truncated by MPI (`MPI_ERR_TRUNCATE`) and reported as
+//!   [`Received::Oversized`], whose `len` is then a lower bound (MPI does not say
+//!   the length of a truncated message), never handed on;
+//! - with the `ulfm` feature, an any-source receive that cannot complete because a
+//!   process died reports `MPI_ERR_PROC_FAILED_PENDING` and stays posted: the transport
+//!   acknowledges the failures (`MPIX_Comm_ack_failed`), after which the same receive
+//!   matches again (ULFM); a receive matched to a sender that died during the transfer
+//!   completes with `MPI_ERR_PROC_FAILED`: the frame is lost, counted and the slot
+//!   re-posted, as if the sender had died before sending it.
 //!
 //! Invariants: every buffer handed to MPI stays alive, unmoved, until its request
-//! completes or the transport is dropped (drop waits for nothing: it frees requests
-//! that are still pending with `MPI_Request_free`, which lets MPI finish or discard them
-//! on its own, and leaks their buffers rather than free memory MPI may still read).
+//! completes or the transport is dropped. The ring's slots are posted in ring order
+//! (a slot is re-posted before the head moves past it), which is what makes the head
+//! the first to match. Drop waits for nothing: it cancels the posted receives and frees
+//! requests that are still pending with `MPI_Request_free`, which lets MPI finish or
+//! discard them on its own, and leaks their buffers rather than free memory MPI may
+//! still write or read.
 
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 
+use bytes::Bytes;
 use ft_core::{wire, Rank};
 use ft_runtime::{Received, Transport};
 use mpi::ffi;
@@ -39,6 +66,14 @@ const FRAME_TAG: c_int = 0x6674;
 
 /// The most send buffers kept for reuse once their sends completed.
 pub const SPARE_BUFFERS: usize = 64;
+
+/// Any-source receives kept posted, each with a buffer of
+/// [`ft_core::wire::frame_capacity`] bytes (about 66 KiB): about 0.5 MiB per rank.
+pub const RECV_SLOTS: usize = 8;
+
+/// Payloads of [`MpiTransport::send_parts`] shorter than this are copied after the
+/// header rather than described by a datatype.
+pub const COPY_BELOW: usize = 512;
 
 /// An MPI call failed for a reason other than a dead peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +116,36 @@ pub struct TransportStats {
     pub failure_acks: u64,
     /// Send buffers allocated (the rest of the sends reused a spare one).
     pub send_buffers: u64,
+    /// `MPI_Testsome` calls over the sends that returned a process failure as their own
+    /// code instead of in a status, so that each send was then tested alone.
+    pub unattributed_failures: u64,
+    /// Payload bytes of [`MpiTransport::send_parts`] handed to MPI in place, in the
+    /// caller's buffer (a send to a dead peer counts too).
+    pub payload_bytes_in_place: u64,
+    /// Payload bytes of [`MpiTransport::send_parts`] copied into a send buffer
+    /// (payloads shorter than [`COPY_BELOW`]).
+    pub payload_bytes_copied: u64,
+}
+
+/// A pending send: the buffer MPI reads (a whole frame, or the header of a
+/// [`MpiTransport::send_parts`]) and the payload it reads in place, if any.
+struct Sending {
+    bytes: Vec<u8>,
+    /// Keeps the payload's memory alive (and unmoved: `Bytes` never moves its data)
+    /// until the send completes.
+    payload: Option<Bytes>,
+}
+
+/// The pre-posted receives: see the [module docs](self).
+struct RecvRing {
+    /// One request per slot; `MPI_REQUEST_NULL` while the slot is not posted.
+    requests: Vec<ffi::MPI_Request>,
+    buffers: Vec<Box<[u8]>>,
+    /// The slot posted first among those posted: the next to match.
+    head: usize,
+    /// The head's frame was lent out (or lost): it must be re-posted, and the head
+    /// moved on, before anything else is received.
+    repost: bool,
 }
 
 /// Frames between the ranks of one communicator: see the [module docs](self).
@@ -88,16 +153,17 @@ pub struct MpiTransport {
     comm: SimpleCommunicator,
     me: Rank,
     n: u32,
-    /// Pending `MPI_Isend` requests, in step with `sending`: `sending[i]` is the frame
-    /// `requests[i]` reads (a `Vec`'s heap buffer, which stays put while it is moved).
+    /// Pending `MPI_Isend` requests, in step with `sending`: `sending[i]` holds what
+    /// `requests[i]` reads (a `Vec`'s heap buffer, which stays put while it is moved,
+    /// and a `Bytes` payload).
     requests: Vec<ffi::MPI_Request>,
-    sending: Vec<Vec<u8>>,
+    sending: Vec<Sending>,
     /// Buffers of completed sends, for the next ones.
     spare: Vec<Vec<u8>>,
     /// Scratch for `MPI_Testsome`.
     completed: Vec<c_int>,
     statuses: Vec<ffi::MPI_Status>,
-    recv_buf: Vec<u8>,
+    ring: RecvRing,
     stats: TransportStats,
 }
 
@@ -114,13 +180,14 @@ impl fmt::Debug for MpiTransport {
 
 impl MpiTransport {
     /// A transport over a duplicate of `comm` (collective: every rank of `comm` must
-    /// call it), with errors returned instead of aborting.
+    /// call it), with errors returned instead of aborting, and its receives posted.
     pub fn new(comm: &SimpleCommunicator) -> Result<Self, MpiError> {
         let comm = comm.duplicate();
         errors_return(&comm)?;
         let me = comm.rank() as Rank;
         let n = comm.size() as u32;
-        Ok(MpiTransport {
+        let capacity = wire::frame_capacity(n);
+        let mut transport = MpiTransport {
             comm,
             me,
             n,
@@ -129,9 +196,21 @@ impl MpiTransport {
             spare: Vec::new(),
             completed: Vec::new(),
             statuses: Vec::new(),
-            recv_buf: vec![0; wire::frame_capacity(n)],
+            ring: RecvRing {
+                requests: vec![null_request(); RECV_SLOTS],
+                buffers: (0..RECV_SLOTS)
+                    .map(|_| vec![0; capacity].into_boxed_slice())
+                    .collect(),
+                head: 0,
+                repost: false,
+            },
             stats: TransportStats::default(),
-        })
+        };
+        for slot in 0..RECV_SLOTS {
+            // Nobody has failed yet in a fresh duplicate, so a failure here is an error.
+            check("MPI_Irecv", transport.post_recv(slot))?;
+        }
+        Ok(transport)
     }
 
     /// What the transport did so far.
@@ -146,26 +225,132 @@ impl MpiTransport {
     /// If `to` is not a rank of the communicator or the frame is longer than `i32::MAX`
     /// bytes (the protocol machines never produce either).
     pub fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MpiError> {
+        self.check_peer(to);
+        let len = c_int::try_from(frame.len()).expect("frame longer than i32::MAX bytes");
+        let mut bytes = self.take_buffer();
+        bytes.extend_from_slice(frame);
+        let pending = Sending {
+            bytes,
+            payload: None,
+        };
+        // SAFETY: reading an MPI constant handle.
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        self.isend(to, pending, len, byte)
+    }
+
+    /// Starts sending one frame, `head` followed by `payload`, to `to` without copying
+    /// the payload (unless it is shorter than [`COPY_BELOW`]): a clone of `payload` is
+    /// kept until the send completes. A peer that died is not an error.
+    ///
+    /// # Panics
+    /// As [`MpiTransport::send`], for the whole frame.
+    pub fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MpiError> {
+        self.check_peer(to);
+        let total = head.len() + payload.len();
+        let len = c_int::try_from(total).expect("frame longer than i32::MAX bytes");
+        let mut bytes = self.take_buffer();
+        bytes.extend_from_slice(head);
+        // SAFETY: reading an MPI constant handle.
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        if payload.len() < COPY_BELOW {
+            bytes.extend_from_slice(payload);
+            self.stats.payload_bytes_copied += payload.len() as u64;
+            let pending = Sending {
+                bytes,
+                payload: None,
+            };
+            return self.isend(to, pending, len, byte);
+        }
+        let mut head_at: ffi::MPI_Aint = 0;
+        let mut payload_at: ffi::MPI_Aint = 0;
+        // SAFETY: MPI reads nothing at either address; it writes the two integers.
+        unsafe {
+            check(
+                "MPI_Get_address",
+                ffi::MPI_Get_address(bytes.as_ptr().cast::<c_void>(), &mut head_at),
+            )?;
+            check(
+                "MPI_Get_address",
+                ffi::MPI_Get_address(payload.as_ptr().cast::<c_void>(), &mut payload_at),
+            )?;
+        }
+        // Both lengths fit: their sum does.
+        let lengths = [head.len() as c_int, payload.len() as c_int];
+        // Relative to the header's buffer, the Isend's base address, so that no
+        // MPI_BOTTOM is needed.
+        let displacements = [0, payload_at.wrapping_sub(head_at)];
+        // SAFETY: reading an MPI constant handle.
+        let mut datatype = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        // SAFETY: two blocks, both arrays hold two entries; MPI writes the new type.
+        check("MPI_Type_create_hindexed", unsafe {
+            ffi::MPI_Type_create_hindexed(
+                2,
+                lengths.as_ptr(),
+                displacements.as_ptr(),
+                byte,
+                &mut datatype,
+            )
+        })?;
+        // SAFETY: a datatype we created and own.
+        let committed = check("MPI_Type_commit", unsafe {
+            ffi::MPI_Type_commit(&mut datatype)
+        });
+        let pending = Sending {
+            bytes,
+            payload: Some(payload.clone()),
+        };
+        let sent = committed.and_then(|()| self.isend(to, pending, 1, datatype));
+        // SAFETY: our datatype; a send posted with it completes normally after the free
+        // (MPI keeps the type while a pending operation uses it).
+        unsafe { ffi::MPI_Type_free(&mut datatype) };
+        if sent.is_ok() {
+            self.stats.payload_bytes_in_place += payload.len() as u64;
+        }
+        sent
+    }
+
+    /// Whether [`MpiTransport::send_parts`] copies the payload: no (payloads shorter
+    /// than [`COPY_BELOW`] aside).
+    pub fn copies_payload(&self) -> bool {
+        false
+    }
+
+    fn check_peer(&self, to: Rank) {
         assert!(
             to < self.n,
             "rank {to} outside a communicator of {}",
             self.n
         );
-        let len = c_int::try_from(frame.len()).expect("frame longer than i32::MAX bytes");
+    }
+
+    /// An empty send buffer: a spare one, else a new one.
+    fn take_buffer(&mut self) -> Vec<u8> {
         let mut bytes = self.spare.pop().unwrap_or_else(|| {
             self.stats.send_buffers += 1;
             Vec::new()
         });
         bytes.clear();
-        bytes.extend_from_slice(frame);
+        bytes
+    }
+
+    /// Posts `MPI_Isend(pending.bytes, count, datatype)` to `to` and keeps `pending`
+    /// until it completes; a dead peer drops the frame.
+    fn isend(
+        &mut self,
+        to: Rank,
+        pending: Sending,
+        count: c_int,
+        datatype: ffi::MPI_Datatype,
+    ) -> Result<(), MpiError> {
         let mut request = null_request();
-        // SAFETY: the buffer is `len` valid bytes and lives in `sending` (its heap
-        // buffer does not move) until MPI completes or frees the request.
+        // SAFETY: `datatype` (`count` of it) describes `pending.bytes` and, for a
+        // two-block type, `pending.payload`'s bytes, both alive and unmoved in
+        // `sending` until MPI completes or frees the request.
         let code = unsafe {
             ffi::MPI_Isend(
-                bytes.as_ptr().cast::<c_void>(),
-                len,
-                ffi::RSMPI_UINT8_T,
+                pending.bytes.as_ptr().cast::<c_void>(),
+                count,
+                datatype,
                 to as c_int,
                 FRAME_TAG,
                 self.comm.as_raw(),
@@ -174,13 +359,16 @@ impl MpiTransport {
         };
         if is_process_failure(code) {
             self.stats.dropped_to_failed += 1;
-            self.recycle(bytes);
+            self.recycle(pending.bytes);
             return Ok(());
         }
-        check("MPI_Isend", code)?;
+        if let Err(e) = check("MPI_Isend", code) {
+            self.recycle(pending.bytes);
+            return Err(e);
+        }
         self.stats.sent += 1;
         self.requests.push(request);
-        self.sending.push(bytes);
+        self.sending.push(pending);
         Ok(())
     }
 
@@ -205,6 +393,12 @@ impl MpiTransport {
                 self.statuses.as_mut_ptr(),
             )
         };
+        if is_process_failure(code) {
+            // A failure that names no request (ULFM allows it; Open MPI 5.0 reports
+            // failures in the statuses): find the failed sends one by one.
+            self.stats.unattributed_failures += 1;
+            return self.test_each_send();
+        }
         let in_status = code == ffi::MPI_ERR_IN_STATUS as c_int;
         if code != ffi::MPI_SUCCESS as c_int && !in_status {
             return check("MPI_Testsome", code);
@@ -230,15 +424,69 @@ impl MpiTransport {
         for k in 0..done {
             let index = usize::try_from(self.completed[k]).unwrap_or(usize::MAX);
             if index < self.requests.len() {
-                self.requests.swap_remove(index);
-                let bytes = self.sending.swap_remove(index);
-                self.recycle(bytes);
+                self.finish_send(index);
             }
+        }
+        if code != ffi::MPI_SUCCESS as c_int {
+            self.forget_nulled_sends();
         }
         match first_error {
             Some(code) => check("MPI_Testsome", code),
             None => Ok(()),
         }
+    }
+
+    /// After an `MPI_Testsome` that returned an error: Open MPI 5 (its error handler
+    /// for request arrays) frees every request of the array whose status holds an
+    /// error, including sends to a dead peer that it marked failed but could not
+    /// complete (a rendezvous send: the cancel of a send does not complete it), and
+    /// reports those in no index. Their handles are now null: such a send is dropped
+    /// and counted, and its buffers are leaked, since MPI may still read them.
+    fn forget_nulled_sends(&mut self) {
+        let null = null_request();
+        for index in (0..self.requests.len()).rev() {
+            if self.requests[index] == null {
+                self.stats.dropped_to_failed += 1;
+                self.requests.swap_remove(index);
+                std::mem::forget(self.sending.swap_remove(index));
+            }
+        }
+    }
+
+    /// Tests every pending send alone (`MPI_Test`), from the last: drops those whose
+    /// peer died, completes those done, keeps the rest.
+    fn test_each_send(&mut self) -> Result<(), MpiError> {
+        let mut first_error = Ok(());
+        for index in (0..self.requests.len()).rev() {
+            let mut flag: c_int = 0;
+            let mut status = empty_status();
+            // SAFETY: a live request of ours; MPI writes the flag and the status.
+            let code = unsafe { ffi::MPI_Test(&mut self.requests[index], &mut flag, &mut status) };
+            if is_process_failure(code) {
+                self.stats.dropped_to_failed += 1;
+            } else if code != ffi::MPI_SUCCESS as c_int {
+                if first_error.is_ok() {
+                    first_error = check("MPI_Test", code);
+                }
+            } else if flag == 0 {
+                continue;
+            }
+            self.finish_send(index);
+        }
+        first_error
+    }
+
+    /// Forgets completed send `index` (swapping the last one into its place) and keeps
+    /// its buffer. A request MPI left allocated after an error is freed.
+    fn finish_send(&mut self, index: usize) {
+        let mut request = self.requests.swap_remove(index);
+        if request != null_request() {
+            // SAFETY: a completed request of ours that MPI did not free.
+            unsafe { ffi::MPI_Request_free(&mut request) };
+        }
+        let Sending { bytes, payload } = self.sending.swap_remove(index);
+        drop(payload);
+        self.recycle(bytes);
     }
 
     /// Keeps a completed send's buffer for a later send, up to [`SPARE_BUFFERS`].
@@ -248,78 +496,112 @@ impl MpiTransport {
         }
     }
 
-    /// Receives one frame if one has arrived.
-    pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
-        let mut found: c_int = 0;
-        let mut message = null_message();
-        let mut status = empty_status();
-        let mut code = self.improbe(&mut found, &mut message, &mut status);
-        if cfg!(feature = "ulfm") && is_process_failure(code) {
-            self.ack_failures()?;
-            code = self.improbe(&mut found, &mut message, &mut status);
-            if is_process_failure(code) {
-                // Failures noticed since the acknowledgement: the next call retries.
-                return Ok(None);
-            }
-        }
-        check("MPI_Improbe", code)?;
-        if found == 0 {
-            return Ok(None);
-        }
-        let from = status.MPI_SOURCE as Rank;
-        let mut count: c_int = 0;
-        // SAFETY: `status` describes the matched message.
-        check("MPI_Get_count", unsafe {
-            ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count)
-        })?;
-        let len = usize::try_from(count).unwrap_or(usize::MAX);
-        let capacity = self.recv_buf.len();
-        let take = len.min(capacity);
-        // SAFETY: the buffer holds `take` bytes; MPI writes at most that many (a longer
-        // message is truncated, which completes and discards it with an error code).
-        let code = unsafe {
-            ffi::MPI_Mrecv(
-                self.recv_buf.as_mut_ptr().cast::<c_void>(),
-                take as c_int,
-                ffi::RSMPI_UINT8_T,
-                &mut message,
-                &mut status,
-            )
-        };
-        if len > capacity {
-            return Ok(Some(Received::Oversized { from, len }));
-        }
-        if is_process_failure(code) {
-            // The sender died while its matched frame was in transfer (a large frame
-            // goes by rendezvous): the frame is lost, as if the sender had died before
-            // sending it; the detector and the protocols' repair take it from here.
-            self.stats.lost_in_transfer += 1;
-            return Ok(None);
-        }
-        check("MPI_Mrecv", code)?;
-        self.stats.received += 1;
-        Ok(Some(Received::Frame {
-            from,
-            bytes: &self.recv_buf[..take],
-        }))
-    }
-
-    fn improbe(
-        &self,
-        found: &mut c_int,
-        message: &mut ffi::MPI_Message,
-        status: &mut ffi::MPI_Status,
-    ) -> c_int {
-        // SAFETY: MPI writes the flag, the message handle and the status.
+    /// Posts the any-source receive of ring slot `slot`; returns MPI's code.
+    fn post_recv(&mut self, slot: usize) -> c_int {
+        let buffer = &mut self.ring.buffers[slot];
+        // Frame capacities are far below i32::MAX.
+        let capacity = buffer.len() as c_int;
+        // SAFETY: the buffer holds `capacity` bytes and stays alive and unmoved (a boxed
+        // slice in the ring) until the request completes, is cancelled, or the
+        // transport is dropped (which leaks a buffer still posted).
         unsafe {
-            ffi::MPI_Improbe(
+            ffi::MPI_Irecv(
+                buffer.as_mut_ptr().cast::<c_void>(),
+                capacity,
+                ffi::RSMPI_UINT8_T,
                 ffi::RSMPI_ANY_SOURCE,
                 FRAME_TAG,
                 self.comm.as_raw(),
-                found,
-                message,
-                status,
+                &mut self.ring.requests[slot],
             )
+        }
+    }
+
+    /// Receives one frame if one has arrived.
+    pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
+        // Each round either returns or retires the head (a lost or oversized message
+        // whose slot is re-posted): bounded by the ring.
+        for _ in 0..=RECV_SLOTS {
+            if self.ring.repost {
+                let head = self.ring.head;
+                let code = self.post_recv(head);
+                if cfg!(feature = "ulfm") && is_process_failure(code) {
+                    // Failures not yet acknowledged: the next call posts it again.
+                    self.ack_failures()?;
+                    return Ok(None);
+                }
+                check("MPI_Irecv", code)?;
+                self.ring.repost = false;
+                self.ring.head = (head + 1) % RECV_SLOTS;
+            }
+            let head = self.ring.head;
+            let mut flag: c_int = 0;
+            let mut status = empty_status();
+            // SAFETY: the head's request is posted (re-posted above if it was not); MPI
+            // writes the flag and the status, and nulls a completed request.
+            let code =
+                unsafe { ffi::MPI_Test(&mut self.ring.requests[head], &mut flag, &mut status) };
+            if code == ffi::MPI_SUCCESS as c_int {
+                if flag == 0 {
+                    return Ok(None);
+                }
+                let from = status.MPI_SOURCE as Rank;
+                let mut count: c_int = 0;
+                // SAFETY: `status` describes the completed receive.
+                check("MPI_Get_count", unsafe {
+                    ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count)
+                })?;
+                let len = usize::try_from(count)
+                    .unwrap_or(0)
+                    .min(self.ring.buffers[head].len());
+                self.ring.repost = true;
+                self.stats.received += 1;
+                return Ok(Some(Received::Frame {
+                    from,
+                    bytes: &self.ring.buffers[head][..len],
+                }));
+            }
+            let class = error_class(code);
+            if cfg!(feature = "ulfm") && class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int {
+                // The receive stays posted; once the failures are acknowledged it
+                // matches again.
+                self.ack_failures()?;
+                return Ok(None);
+            }
+            // The receive completed with an error: MPI is done with the buffer.
+            self.free_failed_recv(head);
+            self.ring.repost = true;
+            if class == ffi::MPI_ERR_TRUNCATE as c_int {
+                let capacity = self.ring.buffers[head].len();
+                let mut count: c_int = 0;
+                // SAFETY: `status` describes the completed (truncated) receive.
+                unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+                let len = usize::try_from(count).unwrap_or(0).max(capacity + 1);
+                return Ok(Some(Received::Oversized {
+                    from: status.MPI_SOURCE as Rank,
+                    len,
+                }));
+            }
+            if is_process_failure(code) {
+                // The sender died while its matched frame was in transfer (a large
+                // frame goes by rendezvous): the frame is lost, as if the sender had
+                // died before sending it; the detector and the protocols' repair take
+                // it from here.
+                self.stats.lost_in_transfer += 1;
+                continue;
+            }
+            return check("MPI_Test", code).map(|()| None);
+        }
+        Ok(None)
+    }
+
+    /// Frees slot `slot`'s receive if MPI left it allocated after completing it in
+    /// error (Open MPI frees it itself).
+    fn free_failed_recv(&mut self, slot: usize) {
+        let request = &mut self.ring.requests[slot];
+        if *request != null_request() {
+            // SAFETY: a completed request of ours.
+            unsafe { ffi::MPI_Request_free(request) };
         }
     }
 
@@ -353,6 +635,12 @@ impl Transport for MpiTransport {
     fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MpiError> {
         MpiTransport::send(self, to, frame)
     }
+    fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MpiError> {
+        MpiTransport::send_parts(self, to, head, payload)
+    }
+    fn copies_payload(&self) -> bool {
+        MpiTransport::copies_payload(self)
+    }
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
         MpiTransport::try_recv(self)
     }
@@ -367,15 +655,36 @@ impl Transport for MpiTransport {
 impl Drop for MpiTransport {
     fn drop(&mut self) {
         let sending = std::mem::take(&mut self.sending);
-        for (mut request, bytes) in std::mem::take(&mut self.requests).into_iter().zip(sending) {
-            // SAFETY: a live request of ours. After the free MPI may still read the
-            // buffer, so the buffer is leaked, not freed.
-            unsafe { ffi::MPI_Request_free(&mut request) };
-            std::mem::forget(bytes);
+        for (mut request, pending) in std::mem::take(&mut self.requests).into_iter().zip(sending) {
+            if request != null_request() {
+                // SAFETY: a live request of ours.
+                unsafe { ffi::MPI_Request_free(&mut request) };
+            }
+            // After the free MPI may still read the buffers: leaked, not freed.
+            std::mem::forget(pending);
+        }
+        let buffers = std::mem::take(&mut self.ring.buffers);
+        for (request, buffer) in self.ring.requests.iter_mut().zip(buffers) {
+            if *request == null_request() {
+                continue;
+            }
+            let mut flag: c_int = 0;
+            let mut status = empty_status();
+            // SAFETY: a posted receive of ours: cancelled (an unmatched receive then
+            // completes at once), then tested; MPI writes the flag and the status.
+            unsafe {
+                ffi::MPI_Cancel(request);
+                ffi::MPI_Test(request, &mut flag, &mut status);
+            }
+            if flag == 0 && *request != null_request() {
+                // Matched and still in transfer: MPI may still write the buffer.
+                // SAFETY: a live request of ours, given up.
+                unsafe { ffi::MPI_Request_free(request) };
+                std::mem::forget(buffer);
+            }
         }
     }
 }
-
 /// Whether `code` says a peer process died (ULFM's error classes).
 fn is_process_failure(code: c_int) -> bool {
     if code == ffi::MPI_SUCCESS as c_int {
@@ -429,11 +738,6 @@ pub(crate) fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
 fn null_request() -> ffi::MPI_Request {
     // SAFETY: reading an MPI constant handle.
     unsafe { ffi::RSMPI_REQUEST_NULL }
-}
-
-fn null_message() -> ffi::MPI_Message {
-    // SAFETY: reading an MPI constant handle.
-    unsafe { ffi::RSMPI_MESSAGE_NULL }
 }
 
 fn empty_status() -> ffi::MPI_Status {

@@ -240,6 +240,84 @@ fn send_buffers_are_reused_from_the_pool() {
 }
 
 #[test]
+fn send_parts_sends_every_payload_in_place() {
+    // Rank 0 sends 8 frames of a 64 KiB payload slice to each of 3 ranks with
+    // `send_parts`, then the same frames copied; every receiver checks every byte and
+    // the order. Every `send_parts` payload byte went from the shared buffer itself.
+    let lines = run(4, &["send-parts", "--frames", "8"]);
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 2, 3]);
+    for line in &lines {
+        let stat = |name: &str| line["stats"][name].as_u64().unwrap();
+        assert_eq!(line["copies_payload"], false, "{line}");
+        assert_eq!(stat("payload_bytes_copied"), 0, "{line}");
+        if line["rank"] == 0 {
+            assert_eq!(stat("payload_bytes_in_place"), 3 * 8 * 65536, "{line}");
+            assert_eq!(stat("frames_sent"), 2 * 3 * 8, "{line}");
+            assert_eq!(stat("frames_received"), 3, "{line}");
+        } else {
+            assert_eq!(line["checked"], 16, "{line}");
+            assert_eq!(stat("frames_received"), 16, "{line}");
+        }
+    }
+}
+
+#[test]
+fn send_parts_copies_only_payloads_shorter_than_a_datatype_is_worth() {
+    let lines = run(
+        2,
+        &["send-parts", "--frames", "4", "--payload-bytes", "100"],
+    );
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1]);
+    let stat = |name: &str| lines[0]["stats"][name].as_u64().unwrap();
+    assert_eq!(stat("payload_bytes_copied"), 4 * 100, "{}", lines[0]);
+    assert_eq!(stat("payload_bytes_in_place"), 0, "{}", lines[0]);
+    assert_eq!(lines[1]["checked"], 8, "{}", lines[1]);
+}
+
+#[test]
+fn sends_to_a_killed_rank_are_dropped_and_the_sender_goes_on() {
+    // Rank 2 dies at the start; rank 0 sends it 16 frames of 64 KiB (rendezvous
+    // sends, which Open MPI cannot complete: its error handler frees them unreported,
+    // see `MpiTransport::progress`). Each is dropped and counted, rank 0 completes
+    // every send and hears from rank 1, and rank 1 checks all its frames.
+    let lines = run(3, &["send-parts", "--frames", "8", "--kill", "2"]);
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1]);
+    let stat = |name: &str| lines[0]["stats"][name].as_u64().unwrap();
+    assert_eq!(stat("dropped_to_failed"), 16, "{}", lines[0]);
+    assert_eq!(stat("frames_received"), 1, "{}", lines[0]);
+    assert_eq!(lines[1]["checked"], 16, "{}", lines[1]);
+}
+
+#[test]
+#[ignore = "until the driver sends data chunks with send_parts (issue 14, the ft-runtime/ft-bcast branch)"]
+fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
+    // plans/mpi-8.json: A 1 MiB to 7 ranks, B 200,000 bytes to 3, C 65,537 to 4, in
+    // chunks of MAX_CHUNK. Failure-free, every delivered payload byte is sent once by
+    // some rank's `send_parts`: in place, except chunks shorter than COPY_BELOW.
+    let lines = run(8, &["broadcast", "plans/mpi-8.json"]);
+    assert_eq!(ft_jobs::report::ranks(&lines).len(), 8);
+    let chunk = ft_core::wire::MAX_CHUNK as u64;
+    let small = backend_mpi::transport::COPY_BELOW as u64;
+    let outputs: [(u64, u64); 3] = [(1_048_576, 7), (200_000, 3), (65_537, 4)];
+    let total: u64 = outputs.iter().map(|(bytes, dests)| bytes * dests).sum();
+    let copied: u64 = outputs
+        .iter()
+        .map(|(bytes, dests)| match bytes % chunk {
+            tail if tail > 0 && tail < small => tail * dests,
+            _ => 0,
+        })
+        .sum();
+    let sum = |name: &str| -> u64 {
+        lines
+            .iter()
+            .map(|l| l["stats"][name].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("payload_bytes_copied"), copied, "{lines:#?}");
+    assert_eq!(sum("payload_bytes_in_place"), total - copied, "{lines:#?}");
+}
+
+#[test]
 fn latency_job_reports_its_ratios() {
     check(&conformance::LATENCY_SMOKE);
 }
@@ -329,6 +407,11 @@ fn bad_input_ends_the_job_before_any_rank_connects() {
             "bench: --kill takes one rank",
         ),
         (4, &["bench", "--reps", "0"], "0 is not in 1.."),
+        (
+            3,
+            &["send-parts", "--kill", "0"],
+            "send-parts: --kill 0: not rank 0",
+        ),
     ];
     let common = conformance::BAD_INPUTS
         .iter()

@@ -14,6 +14,8 @@
 //! `validate_global` against ULFM's `MPIX_Comm_agree` (or, with `--kill R`, one rank,
 //! `MPIX_Comm_shrink`). `ftmpi bench-bcast` is the shared job with this backend's
 //! baseline: one `MPI_Bcast` per output instead of the two-sided broadcast.
+//! `ftmpi send-parts` drives the transport alone: header + payload frames sent in
+//! place (`MpiTransport::send_parts`), checked byte for byte at the receivers.
 //!
 //! How a job ends, so that no rank is left behind (measured with Open MPI 5.0.11 under
 //! `--with-ft ulfm`: `MPI_Abort` does not stop the other ranks, and a rank that calls
@@ -46,6 +48,7 @@ use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
 use ft_jobs::bench_bcast::{release, stack_rep, BenchBcastArgs};
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
+use ft_runtime::{Received, Transport};
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::environment::Threading;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
@@ -85,6 +88,28 @@ enum Command {
         #[command(flatten)]
         job: JobArgs,
     },
+    /// Checks and times the transport's bulk-data path alone (no protocol): rank 0
+    /// sends `--frames` frames to every other rank with `send_parts` (a 16-byte header
+    /// and a payload sliced from one shared buffer, sent in place), then the same frames
+    /// copied into one buffer and sent with `send`. Every receiver checks every byte
+    /// and the order, then answers; `--kill R` kills rank R right after the start, so
+    /// rank 0's sends to it must be dropped, not fail the rank. Prints one JSON line per
+    /// surviving rank with the transport's counters; rank 0's also has the time per
+    /// frame of both ways.
+    SendParts {
+        /// Frames sent each way to each rank.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        frames: u32,
+        /// Payload bytes per frame (at most the stack's chunk, 65536).
+        #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(0..=65536))]
+        payload_bytes: u32,
+        /// Ranks killed (SIGKILL) right after the start; not rank 0.
+        #[arg(long, value_delimiter = ',')]
+        kill: Vec<u32>,
+        /// The longest any rank waits for its frames or its sends.
+        #[arg(long, default_value_t = 60)]
+        limit_s: u64,
+    },
 }
 
 impl Cli {
@@ -116,6 +141,12 @@ impl Cli {
                 }
                 Ok(())
             }
+            Command::SendParts { kill, .. } => match kill.iter().find(|&&r| r == 0 || r >= n) {
+                Some(r) => Err(format!(
+                    "send-parts: --kill {r}: not rank 0 (the sender), and below {n}"
+                )),
+                None => Ok(()),
+            },
         }
     }
 }
@@ -177,6 +208,18 @@ fn main() -> ExitCode {
                 _ => unreachable!("Cli::check allows one rank"),
             }
         }),
+        Command::SendParts {
+            frames,
+            payload_bytes,
+            kill,
+            limit_s,
+        } => send_parts(
+            &world,
+            *frames,
+            *payload_bytes as usize,
+            kill,
+            StdDuration::from_secs(*limit_s),
+        ),
     };
     match result {
         Ok(Finished { line, saw_failure }) => {
@@ -466,4 +509,153 @@ fn settle(
             }
         })
         .map_err(|e| e.to_string())
+}
+
+/// The header of a `send-parts` frame: index, destination, payload length, way (0:
+/// `send_parts`, 1: copied), little-endian `u32`s.
+const PARTS_HEAD: usize = 16;
+
+/// Byte `at` of the shared payload of `ftmpi send-parts`.
+fn parts_byte(at: usize) -> u8 {
+    (at.wrapping_mul(31) ^ (at >> 8)) as u8
+}
+
+/// `ftmpi send-parts`: see [`Command::SendParts`].
+fn send_parts(
+    world: &SimpleCommunicator,
+    frames: u32,
+    payload_bytes: usize,
+    kill: &[u32],
+    limit: StdDuration,
+) -> Result<Finished, String> {
+    let (me, n) = (world.rank() as u32, world.size() as u32);
+    let mut transport = MpiTransport::new(world).map_err(|e| e.to_string())?;
+    world.barrier();
+    if kill.contains(&me) {
+        ft_jobs::die();
+    }
+    let start = WallInstant::now();
+    let past_limit = || start.elapsed() > limit;
+    let head = |index: u32, to: u32, way: u32| {
+        let mut head = [0u8; PARTS_HEAD];
+        for (k, word) in [index, to, payload_bytes as u32, way]
+            .into_iter()
+            .enumerate()
+        {
+            head[4 * k..4 * k + 4].copy_from_slice(&word.to_le_bytes());
+        }
+        head
+    };
+    let mut line = json!({"rank": me, "n": n, "frames": frames, "payload_bytes": payload_bytes});
+    if me == 0 {
+        let shared = bytes::Bytes::from(
+            (0..frames as usize * payload_bytes)
+                .map(parts_byte)
+                .collect::<Vec<u8>>(),
+        );
+        let slice = |index: u32| {
+            let at = index as usize * payload_bytes;
+            shared.slice(at..at + payload_bytes)
+        };
+        let mut micros = [0.0; 2];
+        let mut frame = Vec::new();
+        for way in 0..2u32 {
+            let since = WallInstant::now();
+            for index in 0..frames {
+                for to in 1..n {
+                    let head = head(index, to, way);
+                    let payload = slice(index);
+                    if way == 0 {
+                        transport.send_parts(to, &head, &payload)
+                    } else {
+                        frame.clear();
+                        frame.extend_from_slice(&head);
+                        frame.extend_from_slice(&payload);
+                        transport.send(to, &frame)
+                    }
+                    .map_err(|e| e.to_string())?;
+                }
+                transport.progress().map_err(|e| e.to_string())?;
+            }
+            while transport.pending_sends() > 0 {
+                if past_limit() {
+                    return Err(format!("{} sends still pending", transport.pending_sends()));
+                }
+                transport.progress().map_err(|e| e.to_string())?;
+                // Receivers' answers must not pile up unread meanwhile.
+                while transport.try_recv().map_err(|e| e.to_string())?.is_some() {}
+            }
+            micros[way as usize] =
+                since.elapsed().as_secs_f64() * 1e6 / f64::from(frames * (n - 1).max(1));
+        }
+        // Every live receiver answers once it checked all its frames: count answers
+        // (some may have been read above, while sends completed).
+        let live = (1..n).filter(|r| !kill.contains(r)).count() as u64;
+        while transport.stats().received < live {
+            if past_limit() {
+                return Err(format!(
+                    "{} of {live} receivers answered",
+                    transport.stats().received
+                ));
+            }
+            if let Some(got) = transport.try_recv().map_err(|e| e.to_string())? {
+                if !matches!(got, Received::Frame { bytes: b"done", .. }) {
+                    return Err(format!("rank 0 got {got:?}, not an answer"));
+                }
+            }
+        }
+        line["us_per_frame"] = json!({"send_parts": micros[0], "copy_and_send": micros[1]});
+    } else {
+        let mut checked = 0u32;
+        while checked < 2 * frames {
+            if past_limit() {
+                return Err(format!("{checked} of {} frames arrived", 2 * frames));
+            }
+            let Some(got) = transport.try_recv().map_err(|e| e.to_string())? else {
+                continue;
+            };
+            let Received::Frame { from: 0, bytes } = got else {
+                return Err(format!("rank {me} got {got:?}, not a frame from rank 0"));
+            };
+            let (way, index) = (checked / frames, checked % frames);
+            let expected_head = head(index, me, way);
+            let at = index as usize * payload_bytes;
+            let intact = bytes.len() == PARTS_HEAD + payload_bytes
+                && bytes[..PARTS_HEAD] == expected_head
+                && bytes[PARTS_HEAD..]
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &b)| b == parts_byte(at + k));
+            if !intact {
+                return Err(format!(
+                    "rank {me}: frame {index} (way {way}) arrived garbled or out of order"
+                ));
+            }
+            checked += 1;
+        }
+        transport.send(0, b"done").map_err(|e| e.to_string())?;
+        while transport.pending_sends() > 0 {
+            if past_limit() {
+                return Err("the answer to rank 0 is still pending".into());
+            }
+            transport.progress().map_err(|e| e.to_string())?;
+        }
+        line["checked"] = json!(checked);
+    }
+    let stats = transport.stats();
+    line["copies_payload"] = json!(Transport::copies_payload(&transport));
+    line["stats"] = json!({
+        "frames_sent": stats.sent,
+        "frames_received": stats.received,
+        "dropped_to_failed": stats.dropped_to_failed,
+        "unattributed_failures": stats.unattributed_failures,
+        "failure_acks": stats.failure_acks,
+        "send_buffers": stats.send_buffers,
+        "payload_bytes_in_place": stats.payload_bytes_in_place,
+        "payload_bytes_copied": stats.payload_bytes_copied,
+    });
+    Ok(Finished {
+        line: line.to_string(),
+        saw_failure: !kill.is_empty(),
+    })
 }
