@@ -562,7 +562,10 @@ impl MpiTransport {
                 }));
             }
             let class = error_class(code);
-            if cfg!(feature = "ulfm") && class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int {
+            if class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int {
+                if !cfg!(feature = "ulfm") {
+                    return check("MPI_Test", code).map(|()| None);
+                }
                 // The receive stays posted; once the failures are acknowledged it
                 // matches again.
                 self.ack_failures()?;

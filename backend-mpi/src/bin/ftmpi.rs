@@ -103,6 +103,10 @@ enum Command {
         /// Payload bytes per frame (at most the stack's chunk, 65536).
         #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(0..=65536))]
         payload_bytes: u32,
+        /// Rank 0 first sends every other rank one message a byte longer than any
+        /// frame, which must arrive as `Received::Oversized` and be discarded.
+        #[arg(long)]
+        oversized: bool,
         /// Ranks killed (SIGKILL) right after the start; not rank 0.
         #[arg(long, value_delimiter = ',')]
         kill: Vec<u32>,
@@ -211,12 +215,14 @@ fn main() -> ExitCode {
         Command::SendParts {
             frames,
             payload_bytes,
+            oversized,
             kill,
             limit_s,
         } => send_parts(
             &world,
             *frames,
             *payload_bytes as usize,
+            *oversized,
             kill,
             StdDuration::from_secs(*limit_s),
         ),
@@ -525,6 +531,7 @@ fn send_parts(
     world: &SimpleCommunicator,
     frames: u32,
     payload_bytes: usize,
+    oversized: bool,
     kill: &[u32],
     limit: StdDuration,
 ) -> Result<Finished, String> {
@@ -557,6 +564,12 @@ fn send_parts(
             let at = index as usize * payload_bytes;
             shared.slice(at..at + payload_bytes)
         };
+        if oversized {
+            let too_long = vec![0xee; ft_core::wire::frame_capacity(n) + 1];
+            for to in 1..n {
+                transport.send(to, &too_long).map_err(|e| e.to_string())?;
+            }
+        }
         let mut micros = [0.0; 2];
         let mut frame = Vec::new();
         for way in 0..2u32 {
@@ -607,6 +620,24 @@ fn send_parts(
         line["us_per_frame"] = json!({"send_parts": micros[0], "copy_and_send": micros[1]});
     } else {
         let mut checked = 0u32;
+        let mut discarded = 0u32;
+        while oversized && discarded == 0 {
+            if past_limit() {
+                return Err("the oversized message never arrived".into());
+            }
+            match transport.try_recv().map_err(|e| e.to_string())? {
+                None => continue,
+                Some(Received::Oversized { from: 0, len })
+                    if len > ft_core::wire::frame_capacity(n) =>
+                {
+                    discarded += 1
+                }
+                Some(got) => {
+                    return Err(format!("rank {me} got {got:?}, not the oversized message"))
+                }
+            }
+        }
+        line["oversized_discarded"] = json!(discarded);
         while checked < 2 * frames {
             if past_limit() {
                 return Err(format!("{checked} of {} frames arrived", 2 * frames));
