@@ -43,7 +43,7 @@ fn main() {
             let spec = spec.clone();
             s.spawn(move || {
                 if me == 0 {
-                    let payloads = (0..2).map(|j| payload(j, sizes[j as usize])).collect();
+                    let payloads = (0..2).map(|j| payload(j, sizes[j as usize]));
                     handle
                         .start_broadcast(TASK, spec, payloads)
                         .expect("started");

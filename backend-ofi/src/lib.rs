@@ -16,5 +16,6 @@ mod sys;
 #[cfg(feature = "cli")]
 pub use job::OfiLaunch;
 pub use transport::{
-    OfiConfig, OfiError, OfiStats, OfiTransport, DEFAULT_PROVIDER, DEFAULT_RECV_DEPTH,
+    OfiConfig, OfiError, OfiStats, OfiTransport, DEFAULT_CHUNK_BYTES, DEFAULT_PROVIDER,
+    DEFAULT_RECV_DEPTH,
 };

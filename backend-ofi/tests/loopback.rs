@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use backend_ofi::{OfiConfig, OfiError, OfiTransport, DEFAULT_PROVIDER};
 use ft_core::{wire, Rank};
-use ft_runtime::Received;
+use ft_runtime::{Bytes, Received, Transport};
 
 /// The provider under test: `OFI_TEST_PROVIDER` (e.g. `sockets`, `shm`, `udp;ofi_rxd`)
 /// or [`DEFAULT_PROVIDER`].
@@ -139,6 +139,16 @@ fn drive(
     }
 }
 
+/// How [`all_to_all`] sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    /// Every frame with `send`.
+    Whole,
+    /// Odd frames with `send_parts`: a head of 12 to 51 bytes and the rest as a shared
+    /// payload (the transport must gather them, not copy).
+    Parts,
+}
+
 /// Every rank sends `per_pair` frames (of `len_of(seq)` bytes) to every rank, itself
 /// included; every rank checks it got each exactly once, intact. Returns, per rank,
 /// whether each sender's frames arrived in the order sent.
@@ -148,6 +158,18 @@ fn all_to_all(
     provider: &str,
     per_pair: u32,
     len_of: impl Fn(u32) -> usize + Sync,
+) -> Vec<bool> {
+    all_to_all_sending(test, n, provider, per_pair, len_of, Sending::Whole)
+}
+
+/// [`all_to_all`], sending as `sending` says.
+fn all_to_all_sending(
+    test: &str,
+    n: u32,
+    provider: &str,
+    per_pair: u32,
+    len_of: impl Fn(u32) -> usize + Sync,
+    sending: Sending,
 ) -> Vec<bool> {
     let finished = AtomicUsize::new(0);
     let t0 = Instant::now();
@@ -171,7 +193,15 @@ fn all_to_all(
                     for _ in 0..8 {
                         let seq = next[to as usize];
                         if seq < per_pair {
-                            t.send(to, &frame(me, to, seq, len_of(seq))).expect("send");
+                            let bytes = frame(me, to, seq, len_of(seq));
+                            if sending == Sending::Parts && seq % 2 == 1 {
+                                assert!(!t.copies_payload(), "the provider gathers two buffers");
+                                let head = (12 + seq as usize % 40).min(bytes.len());
+                                let payload = Bytes::copy_from_slice(&bytes[head..]);
+                                t.send_parts(to, &bytes[..head], &payload).expect("send");
+                            } else {
+                                t.send(to, &bytes).expect("send");
+                            }
                             next[to as usize] += 1;
                         }
                     }
@@ -232,6 +262,27 @@ fn all_to_all_many_frames_up_to_max_frame() {
     // buffers on, a rendezvous-size frame was seen to complete after eager frames sent
     // behind it. So only the set of frames is asserted, never their order.
     eprintln!("many: in order per receiver: {in_order:?}");
+}
+
+#[test]
+fn frames_sent_in_two_parts_arrive_whole() {
+    let max = wire::frame_capacity(4);
+    all_to_all_sending(
+        "parts",
+        4,
+        &provider(),
+        300,
+        |seq| 12 + (seq as usize * 7919) % (max - 11),
+        Sending::Parts,
+    );
+    all_to_all_sending(
+        "parts-sockets",
+        3,
+        "sockets",
+        100,
+        |seq| 12 + (seq as usize * 7919) % (max - 11),
+        Sending::Parts,
+    );
 }
 
 #[test]

@@ -37,6 +37,11 @@
 //! - a frame of up to [`INLINE`] bytes (every heartbeat, `Observe` and notice of a few
 //!   failures) travels inline in a reused slab slot: no allocation per frame, and the
 //!   machine writes it straight into the engine's one transmit buffer;
+//! - bulk data (broadcast chunks) is not copied on sending: the engine drains
+//!   [`Protocol::poll_transmit_parts`] and keeps the frame's head plus a shared handle
+//!   on its payload (a slice of the sender's buffer) until delivery, where the two are
+//!   joined into one receive buffer (the copy a network makes into the receiver's
+//!   memory);
 //! - a rank has at most one wake-up queued, re-armed only when its `poll_timeout`
 //!   changes (a stale one is skipped when popped), so a healthy rank costs one timer
 //!   event and one delivery per period;
@@ -58,7 +63,7 @@ use std::collections::HashMap;
 
 use ft_core::view::FailureView;
 use ft_core::wire::{self, Family, FrameKind};
-use ft_core::{Duration, Instant, Protocol, Rank};
+use ft_core::{Bytes, Duration, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
 use crate::scenario::{ActionKind, KillPoint, Phases, Scenario, Victims};
@@ -186,8 +191,14 @@ enum Ev {
 
 #[derive(Clone, Debug)]
 enum Payload {
-    Inline { len: u8, bytes: [u8; INLINE] },
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
     Heap(Box<[u8]>),
+    /// A head and the shared bulk bytes that follow it (boxed: rare and large, so the
+    /// slab slot stays small).
+    Parts(Box<(Box<[u8]>, Bytes)>),
 }
 
 impl Payload {
@@ -203,10 +214,23 @@ impl Payload {
             Payload::Heap(frame.into())
         }
     }
-    fn bytes(&self) -> &[u8] {
+    fn parts(head: &[u8], payload: Option<Bytes>) -> Self {
+        match payload {
+            Some(data) if !data.is_empty() => Payload::Parts(Box::new((head.into(), data))),
+            _ => Payload::new(head),
+        }
+    }
+    /// The frame as one slice: joined into `scratch` if it travels in two parts.
+    fn bytes<'a>(&'a self, scratch: &'a mut Vec<u8>) -> &'a [u8] {
         match self {
             Payload::Inline { len, bytes } => &bytes[..*len as usize],
             Payload::Heap(b) => b,
+            Payload::Parts(parts) => {
+                scratch.clear();
+                scratch.extend_from_slice(&parts.0);
+                scratch.extend_from_slice(&parts.1);
+                scratch
+            }
         }
     }
 }
@@ -471,6 +495,8 @@ pub struct Sim<P: SimRank> {
     actions: Vec<(ActionKind, u32)>,
     settings: RunSettings,
     buf: Vec<u8>,
+    /// Where a frame sent in two parts is joined on delivery.
+    rx: Vec<u8>,
     budget: u64,
     log: Log,
 }
@@ -532,6 +558,7 @@ impl<P: SimRank> Sim<P> {
                 },
             },
             buf: vec![0u8; wire::frame_capacity(n)],
+            rx: Vec::new(),
             budget: u64::MAX,
             log: Log {
                 by_kind: vec![0; 256],
@@ -697,13 +724,15 @@ impl<P: SimRank> Sim<P> {
                 self.free_slots.push(slot);
                 if self.slots[to as usize].alive {
                     let now = self.now;
+                    let mut rx = std::mem::take(&mut self.rx);
                     if self.slots[to as usize]
                         .machine
-                        .handle_message(now, from, payload.bytes())
+                        .handle_message(now, from, payload.bytes(&mut rx))
                         .is_err()
                     {
                         self.log.rejected += 1;
                     }
+                    self.rx = rx;
                     self.settle(to);
                 }
             }
@@ -835,7 +864,7 @@ impl<P: SimRank> Sim<P> {
         while self.slots[rank as usize].alive {
             let t = match self.slots[rank as usize]
                 .machine
-                .poll_transmit(now, &mut buf)
+                .poll_transmit_parts(now, &mut buf)
             {
                 Ok(Some(t)) => t,
                 Ok(None) => break,
@@ -845,12 +874,13 @@ impl<P: SimRank> Sim<P> {
                     continue;
                 }
             };
-            let frame = &buf[..t.len];
-            if self.dies_before_sending(rank, frame) {
+            let head = &buf[..t.head];
+            if self.dies_before_sending(rank, head) {
                 self.depart(rank, Departure::Killed(now));
                 break;
             }
-            self.send(rank, t.to, frame);
+            let len = t.len();
+            self.send(rank, t.to, len, Payload::parts(head, t.payload));
         }
         self.buf = buf;
         while let Some(event) = self.slots[rank as usize].machine.poll_event() {
@@ -901,18 +931,24 @@ impl<P: SimRank> Sim<P> {
         }
     }
 
-    fn send(&mut self, from: Rank, to: Rank, frame: &[u8]) {
+    /// Sends the frame `payload` (`len` bytes, its kind byte at 1 of its head).
+    fn send(&mut self, from: Rank, to: Rank, len: usize, payload: Payload) {
         self.log.messages += 1;
         self.slots[from as usize].sent = self.slots[from as usize].sent.saturating_add(1);
-        self.log.bytes += frame.len() as u64;
-        if let Some(&kind) = frame.get(1) {
+        self.log.bytes += len as u64;
+        let kind = match &payload {
+            Payload::Inline { len, bytes } => (*len > 1).then_some(bytes[1]),
+            Payload::Heap(b) => b.get(1).copied(),
+            Payload::Parts(parts) => parts.0.get(1).copied(),
+        };
+        if let Some(kind) = kind {
             self.log.by_kind[kind as usize] += 1;
         }
         if to as usize >= self.slots.len() {
             return;
         }
         let mut delay = self.net.latency
-            + Duration::from_nanos(self.net.ps_per_byte * frame.len() as u64 / 1000)
+            + Duration::from_nanos(self.net.ps_per_byte * len as u64 / 1000)
             + Duration::from_nanos(self.rng.below(self.net.jitter.as_nanos()));
         self.log.max_delay = self.log.max_delay.max(delay);
         if let Some(&extra) = (!self.extra_send_delay.is_empty())
@@ -923,10 +959,7 @@ impl<P: SimRank> Sim<P> {
         }
         let mut arrival = (self.now + delay).as_nanos();
         arrival = self.slots[from as usize].fifo(to, arrival, self.now.as_nanos());
-        let inflight = InFlight {
-            from,
-            payload: Payload::new(frame),
-        };
+        let inflight = InFlight { from, payload };
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.frames[s as usize] = inflight;

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use ft_bcast::{BcastEvent, RankStack, StackEvent, Strategy, Topology};
 use ft_core::node::Node;
 use ft_core::view::FailureView;
-use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit};
+use ft_core::{
+    BufferTooShort, Bytes, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts,
+};
 
 use crate::engine::{Observation, RankSetup, SimRank};
 use crate::failure::detector_config;
@@ -120,6 +122,13 @@ impl Protocol for SimStack {
     ) -> Result<Option<Transmit>, BufferTooShort> {
         self.stack.poll_transmit(now, buf)
     }
+    fn poll_transmit_parts(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        self.stack.poll_transmit_parts(now, buf)
+    }
     fn poll_timeout(&self) -> Option<Instant> {
         self.stack.poll_timeout()
     }
@@ -166,8 +175,8 @@ impl SimRank for SimStack {
                     .outputs
                     .iter()
                     .enumerate()
-                    .map(|(j, o)| payload(index, j as u32, o.bytes))
-                    .collect();
+                    .map(|(j, o)| Bytes::from(payload(index, j as u32, o.bytes)))
+                    .collect::<Vec<_>>();
                 self.stack
                     .start_broadcast(now, index, spec, payloads)
                     .map_err(|e| e.to_string())

@@ -4,9 +4,11 @@
 //!
 //! What every run must show: every surviving destination releases exactly its outputs,
 //! each once, byte-identical to the root's ([`payload`]); a surviving rank that is not
-//! a destination releases nothing; and no survivor ever sends a broadcast frame
+//! a destination releases nothing; no survivor ever sends a broadcast frame
 //! (activation, request, data) to a rank it knows dead, so a dead rank is never used
-//! as a parent again.
+//! as a parent again; and no rank copies a payload byte when it sends or forwards data
+//! (the simulator takes chunks as shared slices). Ranks send chunks of different sizes,
+//! so relays and repairs see every mix of chunkings.
 //!
 //! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 300);
 //! `FT_BCAST_SIM_SEED=S` replays the one run of seed `S` (`FT_BCAST_SIM_DEBUG=1` dumps
@@ -21,7 +23,7 @@ use backend_sim::stack::{payload, SimStack};
 use ft_bcast::StackEvent;
 use ft_core::view::FailureView;
 use ft_core::wire::{Family, FrameKind, MAX_CHUNK};
-use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit};
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts};
 use serde_json::json;
 
 const TOPOLOGIES: [&str; 4] = ["star", "chain", "binomial", "kary:2"];
@@ -185,6 +187,16 @@ struct Watched {
     to_known_dead: Vec<(Rank, u8)>,
 }
 
+impl Watched {
+    /// Records a broadcast frame of kind `code` to `to` if `to` is known dead.
+    fn watch(&mut self, to: Rank, code: u8) {
+        let kind = FrameKind::from_code(code).expect("own frames are valid");
+        if kind.family() == Family::Bcast && self.inner.view().is_known_failed(to) {
+            self.to_known_dead.push((to, code));
+        }
+    }
+}
+
 impl Protocol for Watched {
     type Event = StackEvent;
     fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
@@ -201,10 +213,18 @@ impl Protocol for Watched {
         let Some(t) = self.inner.poll_transmit(now, buf)? else {
             return Ok(None);
         };
-        let kind = FrameKind::from_code(buf[1]).expect("own frames are valid");
-        if kind.family() == Family::Bcast && self.inner.view().is_known_failed(t.to) {
-            self.to_known_dead.push((t.to, buf[1]));
-        }
+        self.watch(t.to, buf[1]);
+        Ok(Some(t))
+    }
+    fn poll_transmit_parts(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        let Some(t) = self.inner.poll_transmit_parts(now, buf)? else {
+            return Ok(None);
+        };
+        self.watch(t.to, buf[1]);
         Ok(Some(t))
     }
     fn poll_timeout(&self) -> Option<Instant> {
@@ -306,6 +326,8 @@ fn random_case(seed: u64) -> Case {
 struct Struck {
     mid_broadcast: usize,
     total: usize,
+    /// Payload bytes the ranks sent (as shared slices), over the run.
+    payload_sent: u64,
 }
 
 fn at_ms(ms: f64) -> Instant {
@@ -355,9 +377,16 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         10_000.0,
     );
     let mut make = SimStack::factory(&s);
-    let mut sim: Sim<Watched> = Sim::new(&s, |setup: &RankSetup| Watched {
-        inner: make(setup),
-        to_known_dead: Vec::new(),
+    let mut sim: Sim<Watched> = Sim::new(&s, |setup: &RankSetup| {
+        let mut inner = make(setup);
+        let pick = SplitMix::new(seed ^ u64::from(setup.rank) << 32).below(3);
+        inner
+            .stack_mut()
+            .set_chunk_bytes([MAX_CHUNK, 20_000, 48_000][pick as usize]);
+        Watched {
+            inner,
+            to_known_dead: Vec::new(),
+        }
     })
     .map_err(|e| e.to_string())?;
     sim.set_event_budget(50_000_000);
@@ -397,6 +426,15 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         if let Some(&(to, kind)) = m.to_known_dead.first() {
             return Err(format!(
                 "rank {r} sent a frame of kind {kind} to {to}, known dead: {}",
+                context()
+            ));
+        }
+        let stats = m.inner.stack().bcast_stats();
+        struck.payload_sent += stats.payload_bytes_sent;
+        let copied = stats.payload_bytes_copied;
+        if copied > 0 {
+            return Err(format!(
+                "rank {r} copied {copied} payload bytes: {}",
                 context()
             ));
         }
@@ -464,6 +502,7 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         struck.mid_broadcast * 10 >= count as usize,
         "too few kills mid-broadcast"
     );
+    assert!(struck.payload_sent > 0, "no payload was sent at all");
     assert!(
         failures.is_empty(),
         "{} of {count} runs failed; first ones:\n{}",

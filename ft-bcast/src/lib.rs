@@ -31,10 +31,11 @@ pub mod spec;
 pub mod stack;
 pub mod topology;
 
+pub use bytes::Bytes;
 pub use check::CheckError;
 pub use outputs::OutputSet;
 pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
-pub use protocol::{BcastError, BcastEvent, Broadcaster, Config};
+pub use protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config};
 pub use refine::{refine, refine_without, Class, Classes, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
 pub use stack::{RankStack, StackError, StackEvent};

@@ -46,16 +46,18 @@
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
-use alloc::vec::Vec;
 use core::fmt;
 
+use bytes::Bytes;
 use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
 use ft_core::wire::{Context, Family, Header};
-use ft_core::{BufferTooShort, Counts, FrameError, Instant, Protocol, Rank, Transmit, ViewError};
+use ft_core::{
+    BufferTooShort, Counts, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts, ViewError,
+};
 
 use crate::plan::Plan;
-use crate::protocol::{BcastError, BcastEvent, Broadcaster, Config};
+use crate::protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config};
 use crate::spec::{PlanSpec, SpecError};
 
 /// What the stack reports to the application: the events of either layer.
@@ -155,14 +157,15 @@ impl RankStack {
     // ----- application commands -----
 
     /// Plans and starts broadcast `task` at this rank (the root of `spec`): the plan
-    /// leaves out `spec.failed` and every rank this rank knows dead; `payloads[j]` is
-    /// output `j`'s bytes.
-    pub fn start_broadcast(
+    /// leaves out `spec.failed` and every rank this rank knows dead; the `j`-th payload
+    /// is output `j`'s bytes, handed over once as a shared buffer ([`Bytes`], or a
+    /// `Vec<u8>`, which converts without a copy): see [`Broadcaster::start_broadcast`].
+    pub fn start_broadcast<P: Into<Bytes>>(
         &mut self,
         now: Instant,
         task: u32,
         mut spec: PlanSpec,
-        payloads: Vec<Vec<u8>>,
+        payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), StackError> {
         if self.node.is_stopped() {
             return Err(StackError::Node(NodeError::Stopped));
@@ -215,6 +218,27 @@ impl RankStack {
         }
     }
 
+    /// Sets the longest data chunk the broadcaster sends ([`Config::chunk_bytes`]): a
+    /// backend passes its transport's preferred size. Applies to chunks sent from now on.
+    ///
+    /// # Panics
+    /// If `bytes` is 0.
+    pub fn set_chunk_bytes(&mut self, bytes: usize) {
+        assert!(bytes > 0, "chunks of 0 bytes");
+        self.bcast_config.chunk_bytes = bytes;
+        if let Some(bcast) = self.bcast.as_mut() {
+            bcast.set_chunk_bytes(bytes);
+        }
+    }
+
+    /// What the broadcaster sent of its payloads ([`Broadcaster::stats`]; zeros before
+    /// this rank takes part in a broadcast).
+    pub fn bcast_stats(&self) -> BcastStats {
+        self.bcast
+            .as_ref()
+            .map_or_else(BcastStats::default, |b| b.stats())
+    }
+
     /// The payload bytes this rank holds for the broadcasts it has not released (all
     /// outputs, complete or not).
     pub fn held_bytes(&self) -> usize {
@@ -236,6 +260,28 @@ impl RankStack {
             }
             Box::new(bcast)
         })
+    }
+
+    /// The node's next frame (node frames go before broadcast frames); none once the
+    /// stack is stopped.
+    fn poll_node(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        self.absorb_node(now);
+        if self.node.is_stopped() {
+            return Ok(None);
+        }
+        self.node.poll_transmit(now, buf)
+    }
+
+    /// The broadcaster, if there is one and the stack still sends.
+    fn sending_broadcaster(&mut self) -> Option<&mut Broadcaster> {
+        if self.node.is_stopped() {
+            return None;
+        }
+        self.bcast.as_deref_mut()
     }
 
     /// Moves the node's events to the stack's queue, telling the broadcaster of every
@@ -312,15 +358,26 @@ impl Protocol for RankStack {
         now: Instant,
         buf: &mut [u8],
     ) -> Result<Option<Transmit>, BufferTooShort> {
-        self.absorb_node(now);
-        if self.node.is_stopped() {
-            return Ok(None);
-        }
-        if let Some(t) = self.node.poll_transmit(now, buf)? {
+        if let Some(t) = self.poll_node(now, buf)? {
             return Ok(Some(t));
         }
-        match self.bcast.as_mut() {
+        match self.sending_broadcaster() {
             Some(bcast) => bcast.poll_transmit(now, buf),
+            None => Ok(None),
+        }
+    }
+
+    /// As `poll_transmit` (node frames first), broadcast data as shared payloads.
+    fn poll_transmit_parts(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        if let Some(t) = self.poll_node(now, buf)? {
+            return Ok(Some(t.into()));
+        }
+        match self.sending_broadcaster() {
+            Some(bcast) => bcast.poll_transmit_parts(now, buf),
             None => Ok(None),
         }
     }
@@ -350,6 +407,7 @@ mod tests {
     use crate::spec::OutputSpec;
     use crate::topology::Topology;
     use alloc::vec;
+    use alloc::vec::Vec;
     use ft_core::wire;
     use ft_core::Duration;
 

@@ -754,6 +754,9 @@ pub unsafe extern "C" fn ft_bcast_start(
                 unsafe { std::slice::from_raw_parts(output.dests, output.ndests as usize) }.to_vec()
             };
             spec = spec.with_output(OutputSpec::new(output_name(j), output.bytes, dests));
+            // The payload's one copy: out of the caller's buffer, which it may reuse as
+            // soon as this returns. The stack shares this copy from here on (every chunk
+            // it sends or forwards is a slice of it).
             payloads.push(slice(output.data, len).to_vec());
         }
         runtime

@@ -35,7 +35,7 @@ pub mod view;
 pub mod wire;
 
 pub use error::{BufferTooShort, FrameError, ViewError};
-pub use machine::{Protocol, Transmit};
+pub use machine::{Bytes, Protocol, Transmit, TransmitParts};
 pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
 pub use rankset::RankSet;
 pub use rng::SplitMix;

@@ -11,8 +11,26 @@
 //!    [`Protocol::poll_event`];
 //! 4. sleep until the next frame or the new `poll_timeout`.
 //!
+//! **Bulk data.** A backend that can send one frame from two places (an iovec, an MPI
+//! datatype, a simulator that keeps references) drains [`Protocol::poll_transmit_parts`]
+//! instead of [`Protocol::poll_transmit`]: a frame that carries bulk data (a broadcast
+//! chunk) then comes out as its head, encoded in place into the caller's buffer, plus
+//! the payload as a shared [`Bytes`] slice of the buffer the data already lives in, so
+//! the machine copies none of it. On the wire the frame is the head followed by the
+//! payload, byte for byte what [`Protocol::poll_transmit`] writes contiguously: the
+//! receiver cannot tell the two paths apart. A backend drains one of the two methods,
+//! not both in turn. Machines without bulk data keep the default, which is
+//! `poll_transmit` with no payload.
+//!
+//! Why a second method rather than a payload field in [`Transmit`]: `Transmit` stays a
+//! `Copy` pair that every machine builds, and only the machines that carry bulk data (the
+//! broadcaster and the stacks that hold it) implement the split form; a backend that
+//! wants one contiguous frame keeps calling `poll_transmit` and needs no change.
+//!
 //! Time passed in only moves forward; a machine treats an `Instant` earlier than one it
 //! saw as equal to it, and a `handle_timeout` that comes early does nothing.
+
+pub use bytes::Bytes;
 
 use crate::error::{BufferTooShort, FrameError};
 use crate::rank::Rank;
@@ -25,6 +43,41 @@ pub struct Transmit {
     pub to: Rank,
     /// Length of the frame written into the caller's buffer.
     pub len: usize,
+}
+
+/// A frame ready to send in two parts: `head` bytes at the start of the caller's buffer,
+/// then `payload` (if any), go to `to` as one frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransmitParts {
+    /// Destination rank.
+    pub to: Rank,
+    /// Length of the head written into the caller's buffer.
+    pub head: usize,
+    /// The bulk bytes that end the frame: a shared slice of a buffer the machine keeps
+    /// (the backend may hold this clone until its send completes).
+    pub payload: Option<Bytes>,
+}
+
+impl TransmitParts {
+    /// The frame's length on the wire.
+    pub fn len(&self) -> usize {
+        self.head + self.payload.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// Whether the frame is empty (never, for a frame of the library's machines).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Transmit> for TransmitParts {
+    fn from(t: Transmit) -> Self {
+        TransmitParts {
+            to: t.to,
+            head: t.len,
+            payload: None,
+        }
+    }
 }
 
 /// The sans-IO protocol face: frames and time in; frames, a deadline and events out.
@@ -50,6 +103,20 @@ pub trait Protocol {
         now: Instant,
         buf: &mut [u8],
     ) -> Result<Option<Transmit>, BufferTooShort>;
+
+    /// [`Protocol::poll_transmit`], but a frame that carries bulk data comes out as a head
+    /// written into `buf` plus its payload, shared, not copied (see the
+    /// [module docs](self)); the head followed by the payload is the very frame
+    /// `poll_transmit` would have written. The same error contract: a head longer than
+    /// `buf` is [`BufferTooShort`] and the frame stays queued. The default has no bulk
+    /// data: it is `poll_transmit` with no payload.
+    fn poll_transmit_parts(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        Ok(self.poll_transmit(now, buf)?.map(TransmitParts::from))
+    }
 
     /// The earliest instant at which `handle_timeout` has work to do.
     fn poll_timeout(&self) -> Option<Instant>;

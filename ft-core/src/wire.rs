@@ -36,15 +36,23 @@ use crate::rankset::RankSet;
 pub const VERSION: u8 = 1;
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 14;
-/// Largest data chunk a single frame carries (broadcast payloads are split into chunks).
+/// The default data chunk: broadcast payloads are split into chunks of a configured size
+/// (`ft_bcast::Config::chunk_bytes`), this one unless a transport prefers another.
 pub const MAX_CHUNK: usize = 64 * 1024;
 
-/// A transmit buffer size that every frame of a communicator of `n` ranks fits: a header,
-/// two rank sets, a chunk of data and small fields. A shorter buffer is not a bug:
-/// `poll_transmit` then returns [`BufferTooShort`] for a frame that does not fit and
-/// keeps it queued.
+/// A transmit buffer size that every frame of a communicator of `n` ranks fits when data
+/// chunks are at most [`MAX_CHUNK`] bytes: a header, two rank sets, a chunk of data and
+/// small fields. A shorter buffer is not a bug: `poll_transmit` then returns
+/// [`BufferTooShort`] for a frame that does not fit and keeps it queued.
 pub const fn frame_capacity(n: u32) -> usize {
     HEADER_LEN + 2 * (8 + (n as usize).div_ceil(8)) + MAX_CHUNK + 256
+}
+
+/// [`frame_capacity`] when data chunks are at most `chunk` bytes: every frame of the
+/// library fits it (control frames are bounded by [`frame_capacity`] whatever the
+/// chunk), so a receiver whose buffers are this long never truncates one.
+pub const fn frame_capacity_for(n: u32, chunk: usize) -> usize {
+    frame_capacity(n) + chunk.saturating_sub(MAX_CHUNK)
 }
 
 /// Every frame kind of every protocol, in one registry so decoding can reject unknown ones.

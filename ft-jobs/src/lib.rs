@@ -405,7 +405,7 @@ pub fn drive<T: Transport>(transport: T, me: Rank, n: u32, args: &JobArgs) -> Ra
             die();
         });
     }
-    Driver::new(RankStack::new(config, Instant::ZERO), transport, origin)
+    Driver::for_stack(RankStack::new(config, Instant::ZERO), transport, origin)
 }
 
 /// Ends this process the way a crashed node does: `SIGKILL`, no clean-up, no goodbye

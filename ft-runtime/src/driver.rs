@@ -12,6 +12,12 @@
 //! transport until the next timer when the transport wakes on arrival (libfabric's
 //! completion-queue wait object), else in naps of at most the idle sleep (MPI).
 //!
+//! Frames go out through [`Protocol::poll_transmit_parts`]: control frames as one
+//! slice of the driver's buffer ([`Transport::send`]), broadcast chunks as a head in
+//! that buffer plus the payload shared with the machine ([`Transport::send_parts`]), so
+//! the driver and the machine copy no payload byte; [`DriverStats`] counts the payload
+//! bytes sent and those the transport says it copies.
+//!
 //! Invariants: the clock passed to the machine never goes back (it is one monotonic
 //! `std::time::Instant` origin per driver); after every public call that touched the
 //! machine, its transmit queue is drained into the transport. Frames the machine
@@ -23,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
-use ft_core::{wire, Instant, Protocol, Rank};
+use ft_core::{wire, Instant, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
 use crate::transport::{Received, Transport, Wake};
@@ -85,6 +91,13 @@ pub struct DriverStats {
     pub oversized: u64,
     /// Timer firings.
     pub timeouts: u64,
+    /// Bulk payload bytes (broadcast chunks, sent or forwarded) handed to the transport
+    /// as shared slices ([`Transport::send_parts`]).
+    pub payload_bytes_sent: u64,
+    /// Of those, the bytes the transport copies ([`Transport::copies_payload`]). The
+    /// machine copies none on this path: the driver drains
+    /// [`Protocol::poll_transmit_parts`], where chunks stay slices of their buffer.
+    pub payload_bytes_copied: u64,
 }
 
 /// One rank's machine `P` driven over the transport `T`: see the [module docs](self).
@@ -336,8 +349,24 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
 
     fn flush(&mut self, now: Instant) -> Result<(), T::Error> {
         loop {
-            match self.machine.poll_transmit(now, &mut self.buf) {
-                Ok(Some(tx)) => self.transport.send(tx.to, &self.buf[..tx.len])?,
+            match self.machine.poll_transmit_parts(now, &mut self.buf) {
+                Ok(Some(TransmitParts {
+                    to,
+                    head,
+                    payload: None,
+                })) => self.transport.send(to, &self.buf[..head])?,
+                Ok(Some(TransmitParts {
+                    to,
+                    head,
+                    payload: Some(payload),
+                })) => {
+                    let len = payload.len() as u64;
+                    self.stats.payload_bytes_sent += len;
+                    if self.transport.copies_payload() {
+                        self.stats.payload_bytes_copied += len;
+                    }
+                    self.transport.send_parts(to, &self.buf[..head], &payload)?;
+                }
                 Ok(None) => break,
                 // `frame_capacity` fits every frame of the library's machines; a machine
                 // of the caller's may send more: grow to it (the frame stays queued).
@@ -348,6 +377,15 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             self.events.push_back((now, event));
         }
         Ok(())
+    }
+}
+
+impl<T: Transport> Driver<RankStack, T> {
+    /// Drives a [`RankStack`] over `transport` ([`Driver::new`]), its broadcast chunks
+    /// sized for the transport ([`Transport::chunk_bytes`]).
+    pub fn for_stack(mut stack: RankStack, transport: T, origin: WallInstant) -> Self {
+        stack.set_chunk_bytes(transport.chunk_bytes());
+        Driver::new(stack, transport, origin)
     }
 }
 

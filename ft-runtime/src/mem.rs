@@ -8,6 +8,10 @@
 //! a `SIGKILL` would: its queued frames are dropped, frames sent to it are dropped, and
 //! frames it still sends are dropped, so the other ranks see it fall silent.
 //!
+//! A frame sent with [`Transport::send_parts`] (a broadcast chunk) waits in the mailbox
+//! as its head and a clone of the sender's shared payload, and is joined into the
+//! receiver's one receive buffer when taken: the sending side copies no payload byte.
+//!
 //! Invariants (checked by the loom tests under `cfg(loom)`): a frame sent to a live
 //! rank is received exactly once, in send order per sender; a progress thread waiting
 //! in [`Transport::wait`] wakes when a frame arrives or its waker fires (no lost
@@ -25,7 +29,7 @@ use ft_core::{Instant, Rank};
 use crate::driver::Driver;
 use crate::runtime::{Runtime, RuntimeError};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
-use crate::transport::{Received, Transport, Wake};
+use crate::transport::{Bytes, Received, Transport, Wake};
 
 /// The in-process network failed (never: the type exists for [`Transport::Error`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,9 +44,17 @@ impl fmt::Display for MemError {
 
 impl std::error::Error for MemError {}
 
+/// A frame in a mailbox: one buffer, or a head and a payload shared with its sender
+/// ([`Transport::send_parts`]: nothing of the payload is copied until the receiver
+/// takes the frame).
+enum Frame {
+    Whole(Vec<u8>),
+    Parts(Vec<u8>, Bytes),
+}
+
 #[derive(Default)]
 struct BoxState {
-    frames: VecDeque<(Rank, Vec<u8>)>,
+    frames: VecDeque<(Rank, Frame)>,
     dead: bool,
     /// The frame kind (header code) whose first send kills this rank, if any.
     dies_before: Option<u8>,
@@ -136,7 +148,7 @@ impl MemNet {
         let transport = self.endpoint(config.me);
         Runtime::spawn(move || {
             let stack = RankStack::new(config, Instant::ZERO);
-            Ok(Driver::new(stack, transport, WallInstant::now()))
+            Ok(Driver::for_stack(stack, transport, WallInstant::now()))
         })
     }
 
@@ -169,6 +181,31 @@ impl MemTransport {
     fn mailbox(&self) -> &Mailbox {
         &self.net.boxes[self.rank as usize]
     }
+
+    /// Queues the frame `make` builds (its kind byte is `kind`) for `to`, unless this
+    /// rank dies before sending it or either end is dead.
+    fn post(&mut self, to: Rank, kind: Option<u8>, make: impl FnOnce() -> Frame) {
+        {
+            let own = self.mailbox().lock();
+            if own.dies_before.is_some() && own.dies_before == kind {
+                drop(own);
+                self.net.kill(self.rank);
+                return;
+            }
+            if own.dead {
+                return;
+            }
+        }
+        if let Some(mailbox) = self.net.boxes.get(to as usize) {
+            let mut state = mailbox.lock();
+            if state.dead {
+                return;
+            }
+            state.frames.push_back((self.rank, make()));
+            drop(state);
+            mailbox.changed.notify_all();
+        }
+    }
 }
 
 struct MemWaker {
@@ -192,32 +229,33 @@ impl Transport for MemTransport {
         self.net.size()
     }
     fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MemError> {
-        {
-            let own = self.mailbox().lock();
-            if own.dies_before.is_some() && own.dies_before == frame.get(1).copied() {
-                drop(own);
-                self.net.kill(self.rank);
-                return Ok(());
-            }
-            if own.dead {
-                return Ok(());
-            }
-        }
-        if let Some(mailbox) = self.net.boxes.get(to as usize) {
-            let mut state = mailbox.lock();
-            if state.dead {
-                return Ok(());
-            }
-            state.frames.push_back((self.rank, frame.to_vec()));
-            drop(state);
-            mailbox.changed.notify_all();
-        }
+        self.post(to, frame.get(1).copied(), || Frame::Whole(frame.to_vec()));
         Ok(())
     }
+    /// Queues the head (copied: a few dozen bytes) and a clone of the shared payload:
+    /// no payload byte is copied on the sending side.
+    fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MemError> {
+        self.post(to, head.get(1).copied(), || {
+            Frame::Parts(head.to_vec(), payload.clone())
+        });
+        Ok(())
+    }
+    fn copies_payload(&self) -> bool {
+        false
+    }
+    /// A frame sent in parts is joined here, into this transport's one receive buffer
+    /// (the copy a network makes into the receiver's memory).
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, MemError> {
         let next = self.mailbox().lock().frames.pop_front();
-        Ok(next.map(|(from, bytes)| {
-            self.current = bytes;
+        Ok(next.map(|(from, frame)| {
+            match frame {
+                Frame::Whole(bytes) => self.current = bytes,
+                Frame::Parts(head, payload) => {
+                    self.current.clear();
+                    self.current.extend_from_slice(&head);
+                    self.current.extend_from_slice(&payload);
+                }
+            }
             Received::Frame {
                 from,
                 bytes: &self.current,

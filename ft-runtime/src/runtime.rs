@@ -61,7 +61,7 @@ use ft_core::view::FailureView;
 use ft_core::{Counts, Instant, Modifier, Rank, RankInfo, RankSet, Scope, StateMask, ViewError};
 
 use crate::shared::{Shared, Stopped, Ticket};
-use crate::transport::Wake;
+use crate::transport::{Bytes, Wake};
 
 /// What the progress thread needs from a backend: the backend loop of
 /// `ft_core::machine` over one rank's [`RankStack`].
@@ -277,7 +277,7 @@ enum Command {
     StartBroadcast {
         task: u32,
         spec: PlanSpec,
-        payloads: Vec<Vec<u8>>,
+        payloads: Vec<Bytes>,
     },
     WaitOutputs {
         task: u32,
@@ -420,18 +420,23 @@ impl Runtime {
         self.done(Command::Revoke)
     }
 
-    /// Starts broadcast `task` at this rank, the root of `spec` (`payloads[j]` is output
-    /// `j`'s bytes); returns once it is started.
-    pub fn start_broadcast(
+    /// Starts broadcast `task` at this rank, the root of `spec` (the `j`-th payload is
+    /// output `j`'s bytes); returns once it is started.
+    ///
+    /// Each payload is handed over once as a shared buffer ([`Bytes`]; a `Vec<u8>`
+    /// converts without a copy): the chunks sent from it are slices of it, so the
+    /// sending side copies none of it when the transport sends from two places
+    /// ([`crate::Transport::copies_payload`]).
+    pub fn start_broadcast<P: Into<Bytes>>(
         &self,
         task: u32,
         spec: PlanSpec,
-        payloads: Vec<Vec<u8>>,
+        payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), RuntimeError> {
         self.done(Command::StartBroadcast {
             task,
             spec,
-            payloads,
+            payloads: payloads.into_iter().map(Into::into).collect(),
         })
     }
 

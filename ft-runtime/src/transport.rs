@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 pub use bytes::Bytes;
-use ft_core::Rank;
+use ft_core::{wire, Rank};
 
 /// What one receive attempt found.
 #[derive(Debug, PartialEq, Eq)]
@@ -58,6 +58,13 @@ pub trait Transport {
     /// Whether [`Transport::send_parts`] copies the payload (the default does).
     fn copies_payload(&self) -> bool {
         true
+    }
+    /// The data chunk this transport sends best, in bytes (positive): the driver's stack
+    /// sends broadcast chunks of at most this ([`crate::Driver::for_stack`]). A transport
+    /// must receive frames of [`wire::frame_capacity_for`]`(size, chunk_bytes)` bytes.
+    /// Default: [`wire::MAX_CHUNK`].
+    fn chunk_bytes(&self) -> usize {
+        wire::MAX_CHUNK
     }
     /// Receives one frame if one has arrived.
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error>;

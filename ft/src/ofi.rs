@@ -28,7 +28,7 @@ pub fn open(config: OfiConfig, settings: &Settings) -> Result<Runtime, RuntimeEr
     Runtime::spawn(move || {
         let (n, me) = (config.size, config.rank);
         let transport = OfiTransport::open(config).map_err(|e| e.to_string())?;
-        Ok(Driver::new(
+        Ok(Driver::for_stack(
             settings.stack(n, me),
             transport,
             WallInstant::now(),

@@ -7,6 +7,12 @@
 //! at any machine, and timeouts. Nothing may panic; refused frames are typed errors; every
 //! frame a machine sends decodes with the shared codec, is from itself and goes to a rank
 //! `< n` other than itself.
+//!
+//! Machines send chunks of sizes the input picks (so receivers see many chunkings), and
+//! each frame is taken, as the input says, contiguously (`poll_transmit`) or as a head
+//! plus a shared payload (`poll_transmit_parts`, joined here): a split frame must be a
+//! `BcastData` frame whose head ends with the chunk's length and whose payload is the
+//! chunk, and only contiguous chunks count as copied (`Broadcaster::stats`).
 #![no_main]
 
 use std::num::NonZeroU32;
@@ -14,7 +20,7 @@ use std::num::NonZeroU32;
 use arbitrary::Arbitrary;
 use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec, Strategy, Topology};
 use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header, HEADER_LEN, VERSION};
-use ft_core::{Duration, Instant, Protocol, Rank};
+use ft_core::{Duration, Instant, Protocol, Rank, TransmitParts};
 use libfuzzer_sys::fuzz_target;
 
 const COMM: u32 = 9;
@@ -108,6 +114,10 @@ struct Input {
     topology: u8,
     k: u8,
     strategy: u8,
+    /// Chunk size of each machine, from this (1 to 1024 bytes).
+    chunks: u64,
+    /// Bit `k % 64`: the `k`-th frame polled goes through `poll_transmit_parts`.
+    split: u64,
     outputs: Vec<Output>,
     steps: Vec<Step>,
 }
@@ -146,18 +156,58 @@ fn entries_bytes(w: &mut ft_core::wire::Writer, n: u32, entries: &[(u8, u8, Vec<
     }
 }
 
-fn drain(machines: &mut [Broadcaster], n: u32, buf: &mut [u8], flights: &mut Vec<Flight>) {
+/// How frames are polled: the split bits and a count of polls; the payload bytes that
+/// went out contiguously (copied by the machine), per machine.
+struct Polling {
+    split: u64,
+    polls: u32,
+    copied: Vec<u64>,
+}
+
+fn drain(
+    machines: &mut [Broadcaster],
+    n: u32,
+    buf: &mut [u8],
+    flights: &mut Vec<Flight>,
+    polling: &mut Polling,
+) {
     for (me, m) in machines.iter_mut().enumerate() {
         let me = me as Rank;
-        while let Some(t) = m
-            .poll_transmit(Instant::ZERO, buf)
-            .expect("frame_capacity fits")
-        {
+        loop {
+            let split = polling.split >> (polling.polls % 64) & 1 == 1;
+            polling.polls = polling.polls.wrapping_add(1);
+            let t = if split {
+                m.poll_transmit_parts(Instant::ZERO, buf)
+            } else {
+                m.poll_transmit(Instant::ZERO, buf)
+                    .map(|t| t.map(TransmitParts::from))
+            };
+            let Some(t) = t.expect("frame_capacity fits") else {
+                break;
+            };
             assert!(t.to < n && t.to != me, "frame to {} from {me}", t.to);
-            let bytes = buf[..t.len].to_vec();
-            let (h, _) =
+            let mut bytes = buf[..t.head].to_vec();
+            bytes.extend_from_slice(t.payload.as_deref().unwrap_or_default());
+            let (h, mut r) =
                 Header::decode(&bytes, Context { comm: COMM, n }, me).expect("own frames decode");
             assert_eq!(h.kind.family(), Family::Bcast);
+            if h.kind == FrameKind::BcastData {
+                // Output, total, offset, then the chunk (its length, its bytes): the last
+                // field, so a split frame's payload is exactly the chunk.
+                r.varint()
+                    .and(r.varint())
+                    .and(r.varint())
+                    .expect("own fields");
+                let chunk = r.bytes().expect("own chunk");
+                r.finish().expect("the chunk ends the frame");
+                match &t.payload {
+                    Some(p) => assert_eq!(&p[..], chunk),
+                    None if !split => polling.copied[me as usize] += chunk.len() as u64,
+                    None => assert!(chunk.is_empty(), "a split chunk is a payload"),
+                }
+            } else {
+                assert!(t.payload.is_none(), "only data frames have a payload");
+            }
             if flights.len() < 4096 {
                 flights.push(Flight {
                     to: t.to,
@@ -166,6 +216,7 @@ fn drain(machines: &mut [Broadcaster], n: u32, buf: &mut [u8], flights: &mut Vec
                 });
             }
         }
+        assert_eq!(m.stats().payload_bytes_copied, polling.copied[me as usize]);
         while m.poll_event().is_some() {}
         assert_eq!(m.poll_timeout(), None);
     }
@@ -204,6 +255,7 @@ fuzz_target!(|input: Input| {
             cfg.max_output_bytes = MAX_OUTPUT_BYTES;
             cfg.max_task_bytes = MAX_TASK_BYTES;
             cfg.max_outputs = MAX_OUTPUTS;
+            cfg.chunk_bytes = 1 + (input.chunks >> (8 * (me % 8)) & 0x3ff) as usize;
             Broadcaster::new(cfg)
         })
         .collect();
@@ -220,13 +272,18 @@ fuzz_target!(|input: Input| {
         .expect("the root starts its own plan");
     // A second start of the same task is misuse, reported as such.
     assert!(machines[root as usize]
-        .start_broadcast(Instant::ZERO, task, &plan, Vec::new())
+        .start_broadcast(Instant::ZERO, task, &plan, Vec::<Vec<u8>>::new())
         .is_err());
 
     let mut buf = vec![0u8; frame_capacity(n)];
     let mut flights: Vec<Flight> = Vec::new();
+    let mut polling = Polling {
+        split: input.split,
+        polls: 0,
+        copied: vec![0; n as usize],
+    };
     let mut now = Instant::ZERO;
-    drain(&mut machines, n, &mut buf, &mut flights);
+    drain(&mut machines, n, &mut buf, &mut flights, &mut polling);
     for step in input.steps.into_iter().take(256) {
         let deliveries: Vec<Flight> = match step {
             Step::Deliver { k } if !flights.is_empty() => {
@@ -405,6 +462,6 @@ fuzz_target!(|input: Input| {
             // Refusals are typed errors; what matters is that nothing panics.
             let _ = machines[f.to as usize].handle_message(now, f.from, &f.bytes);
         }
-        drain(&mut machines, n, &mut buf, &mut flights);
+        drain(&mut machines, n, &mut buf, &mut flights, &mut polling);
     }
 });

@@ -69,6 +69,10 @@ struct Cli {
     /// first interface (127.0.0.1 when `ftofi` launches the job itself).
     #[arg(long, env = ADDRESS_VAR)]
     address: Option<String>,
+    /// The broadcast chunk size in bytes (receive buffers grow to fit it); by default
+    /// `backend_ofi::DEFAULT_CHUNK_BYTES`.
+    #[arg(long, env = CHUNK_VAR, value_parser = clap::value_parser!(u64).range(1..))]
+    chunk_bytes: Option<u64>,
     #[command(subcommand)]
     command: JobCommand,
 }
@@ -78,6 +82,7 @@ const RANK_VAR: &str = "FTOFI_RANK";
 const SIZE_VAR: &str = "FTOFI_SIZE";
 const RENDEZVOUS_VAR: &str = "FTOFI_RENDEZVOUS";
 const ADDRESS_VAR: &str = "FTOFI_ADDRESS";
+const CHUNK_VAR: &str = "FTOFI_CHUNK_BYTES";
 
 /// Where launchers put a process's rank and the job's size, tried in this order:
 /// `ftofi`'s own, Open MPI's `mpiexec`, MPICH's Hydra (and other PMI launchers), Slurm.
@@ -135,6 +140,9 @@ fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), Failure> {
     let mut config = OfiConfig::new(size, rank, rendezvous);
     config.provider = cli.provider.clone();
     config.address = cli.address.clone();
+    if let Some(bytes) = cli.chunk_bytes {
+        config = config.with_chunk_bytes(bytes as usize);
+    }
     let Finished { line, .. } = cli
         .command
         .run(&OfiLaunch::new(config))

@@ -13,9 +13,8 @@
 //!    needs and fetch set), so the child can activate its own children and re-attach
 //!    orphans after a failure.
 //! 3. The child **requests** (`BcastRequest`) its fetch set from its parent. The parent
-//!    answers with **data** (`BcastData`, chunks of at most
-//!    [`wire::MAX_CHUNK`](ft_core::wire::MAX_CHUNK) bytes, in order) for every requested
-//!    output it holds or fetches itself. **Pipelining:** a relay sends chunk `c` on as
+//!    answers with **data** (`BcastData`, chunks of at most [`Config::chunk_bytes`]
+//!    bytes, in order) for every requested output it holds or fetches itself. **Pipelining:** a relay sends chunk `c` on as
 //!    soon as it holds the output's bytes up to the end of `c` (its in-order prefix); a
 //!    stream that catches up with the data waits for the next chunk, never sends what
 //!    has not arrived. A request arriving before the activation (which announces the
@@ -48,6 +47,22 @@
 //! never past the announced size, so a peer can make this rank hold at most what it
 //! really sent, and at most [`Config::max_task_bytes`] per broadcast.
 //!
+//! **Bulk data, and where it is copied.** The root's payloads are handed over once as
+//! shared buffers ([`Bytes`]). A data frame goes out through
+//! [`Protocol::poll_transmit_parts`](ft_core::Protocol::poll_transmit_parts) as its
+//! head (header, output, total, offset, chunk length: a few dozen bytes written into
+//! the caller's buffer) plus the chunk as a slice of the buffer that holds it: the
+//! root's payload, or at a relay the chunk as it arrived (see `state::Buffer`). So the
+//! machine copies no payload byte when it sends or forwards; only the contiguous
+//! [`Protocol::poll_transmit`](ft_core::Protocol::poll_transmit) writes the chunk into
+//! the caller's buffer, and [`Broadcaster::stats`] counts those bytes. On the wire both
+//! give the same frame: `BcastData` is its fields then the chunk's bytes at the end.
+//! Copies left on the receiving side, per received payload byte: the transport's
+//! delivery into its receive buffer (outside this crate), one copy out of that buffer
+//! when the frame is handed in as a borrowed slice, and one when a multi-chunk output
+//! is complete and assembled into one buffer for [`Broadcaster::output`] (none for an
+//! output that came in one chunk).
+//!
 //! **Layout.** `codec`: the typed frames (activation, subtree part, request, data)
 //! and their encoding and decoding; `state`: a broadcast's state at this rank (its
 //! trees, output buffers, queued requests and outgoing frames); `serve`: answering
@@ -66,6 +81,8 @@ use alloc::vec::Vec;
 use core::fmt;
 use hashbrown::{HashMap, HashSet};
 
+use bytes::Bytes;
+use ft_core::wire::MAX_CHUNK;
 use ft_core::{Instant, Rank, RankSet};
 
 use crate::outputs::OutputSet;
@@ -89,11 +106,17 @@ pub struct Config {
     pub max_task_bytes: u64,
     /// Output indices a peer may name are below this.
     pub max_outputs: u32,
+    /// The longest data chunk this rank sends (positive): a transport's preferred size
+    /// (`Transport::chunk_bytes` in `ft-runtime`), [`MAX_CHUNK`] by default. A relay
+    /// never sends a chunk longer than the one it received it in. Receivers accept
+    /// chunks of any length that their transport delivers (at most the frame size:
+    /// [`frame_capacity_for`](ft_core::wire::frame_capacity_for)).
+    pub chunk_bytes: usize,
 }
 
 impl Config {
     /// Rank `me` of communicator `comm` of `n` ranks; outputs up to 1 GiB, 4 GiB per
-    /// broadcast, 4096 outputs.
+    /// broadcast, 4096 outputs, chunks of [`MAX_CHUNK`].
     pub fn new(comm: u32, n: u32, me: Rank) -> Self {
         Config {
             comm,
@@ -102,8 +125,21 @@ impl Config {
             max_output_bytes: 1 << 30,
             max_task_bytes: 1 << 32,
             max_outputs: 4096,
+            chunk_bytes: MAX_CHUNK,
         }
     }
+}
+
+/// What a broadcaster sent of its payloads, to count copies on the sending side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BcastStats {
+    /// Payload bytes of the data chunks this rank sent (as root or relay).
+    pub payload_bytes_sent: u64,
+    /// Of those, the bytes the machine copied into a caller's buffer: the chunks that
+    /// went out through [`Protocol::poll_transmit`](ft_core::Protocol::poll_transmit)
+    /// rather than as a shared slice through
+    /// [`Protocol::poll_transmit_parts`](ft_core::Protocol::poll_transmit_parts).
+    pub payload_bytes_copied: u64,
 }
 
 /// What the broadcaster reports to the application.
@@ -224,13 +260,14 @@ pub struct Broadcaster {
     out: VecDeque<Outgoing>,
     events: VecDeque<BcastEvent>,
     revoked: bool,
+    stats: BcastStats,
 }
 
 impl Broadcaster {
     /// The machine of rank `cfg.me`.
     ///
     /// # Panics
-    /// If `cfg.me >= cfg.n`.
+    /// If `cfg.me >= cfg.n` or `cfg.chunk_bytes` is 0.
     pub fn new(cfg: Config) -> Self {
         assert!(
             cfg.me < cfg.n,
@@ -238,6 +275,7 @@ impl Broadcaster {
             cfg.me,
             cfg.n
         );
+        assert!(cfg.chunk_bytes > 0, "chunks of 0 bytes");
         Broadcaster {
             cfg,
             dead: RankSet::new(cfg.n),
@@ -245,6 +283,7 @@ impl Broadcaster {
             out: VecDeque::new(),
             events: VecDeque::new(),
             revoked: false,
+            stats: BcastStats::default(),
         }
     }
 
@@ -260,11 +299,31 @@ impl Broadcaster {
 
     /// The bytes of output `index` of `task`, once this rank holds all of them.
     pub fn output(&self, task: u32, index: u32) -> Option<&[u8]> {
+        self.output_bytes(task, index).map(|b| &b[..])
+    }
+
+    /// [`Broadcaster::output`] as the shared buffer itself: a clone costs a reference
+    /// count, not a copy, and keeps the bytes alive after [`Broadcaster::forget`].
+    pub fn output_bytes(&self, task: u32, index: u32) -> Option<&Bytes> {
         let t = self.tasks.get(&task)?;
         if !t.complete.contains(index) {
             return None;
         }
-        t.buffers.get(&index).map(|b| &b.data[..])
+        t.buffers.get(&index)?.whole()
+    }
+
+    /// What this rank sent of its payloads so far.
+    pub fn stats(&self) -> BcastStats {
+        self.stats
+    }
+
+    /// Sets [`Config::chunk_bytes`] for the chunks sent from now on.
+    ///
+    /// # Panics
+    /// If `bytes` is 0.
+    pub fn set_chunk_bytes(&mut self, bytes: usize) {
+        assert!(bytes > 0, "chunks of 0 bytes");
+        self.cfg.chunk_bytes = bytes;
     }
 
     /// Drops everything kept for `task` (its payloads included).
@@ -278,20 +337,23 @@ impl Broadcaster {
     /// received, chunks that overtook the prefix included).
     pub fn held_bytes(&self) -> usize {
         let buffers = self.tasks.values().flat_map(|t| t.buffers.values());
-        buffers
-            .map(|b| b.data.len() + b.ahead.values().map(Vec::len).sum::<usize>())
-            .sum()
+        buffers.map(Buffer::bytes_kept).sum()
     }
 
-    /// Starts broadcasting `task` at the root: `payloads[j]` is output `j`'s bytes (its
-    /// length must be the plan's size for it).
-    pub fn start_broadcast(
+    /// Starts broadcasting `task` at the root: the `j`-th payload is output `j`'s bytes
+    /// (its length must be the plan's size for it).
+    ///
+    /// The application hands each payload over once, as a shared buffer ([`Bytes`]; a
+    /// `Vec<u8>` converts without a copy): every chunk the root sends is a slice of it,
+    /// and the caller may keep clones (they share the bytes).
+    pub fn start_broadcast<P: Into<Bytes>>(
         &mut self,
         _now: Instant,
         task: u32,
         plan: &Plan,
-        payloads: Vec<Vec<u8>>,
+        payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), BcastError> {
+        let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
         if self.revoked {
             return Err(BcastError::Revoked);
         }
@@ -343,13 +405,7 @@ impl Broadcaster {
         for (j, data) in payloads.into_iter().enumerate() {
             let j = j as u32;
             t.sizes.insert(j, data.len() as u64);
-            t.buffers.insert(
-                j,
-                Buffer {
-                    data,
-                    ahead: BTreeMap::new(),
-                },
-            );
+            t.buffers.insert(j, Buffer::complete(data));
             t.complete.insert(j);
         }
         // What each destination needs for itself: its class's outputs (they differ from

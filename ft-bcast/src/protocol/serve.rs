@@ -6,12 +6,17 @@
 //! chunk by chunk as far as its in-order prefix has arrived, and a stream that catches
 //! up waits (`Task::parked`) until the next chunk comes (pipelining down the tree).
 //! [`Protocol`] is the machine's face: `poll_transmit` encodes queued frames and
-//! streams one chunk at a time.
+//! streams one chunk at a time; `poll_transmit_parts` does the same with each chunk as a
+//! shared slice after the encoded head (see the bulk-data section of the
+//! [protocol docs](super)). Chunks follow [`Config::chunk_bytes`](super::Config) and
+//! never cross the end of a chunk as this rank received it, so forwarding copies
+//! nothing; a receiver takes chunks of any length, at any offset, within the output.
 use alloc::vec::Vec;
 use hashbrown::{HashMap, HashSet};
 
-use ft_core::wire::{self, Context, FrameKind, Header, MAX_CHUNK};
-use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit};
+use bytes::Bytes;
+use ft_core::wire::{self, Context, FrameKind, Header};
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts};
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
@@ -300,6 +305,22 @@ impl Broadcaster {
         offset: u64,
         chunk: &[u8],
     ) -> Result<(), FrameError> {
+        self.on_data_bytes(task, output, total, offset, chunk.len(), || {
+            Bytes::copy_from_slice(chunk)
+        })
+    }
+
+    /// [`Broadcaster::on_data`] with the chunk's bytes produced only once it is checked
+    /// and wanted (`len` is its length).
+    fn on_data_bytes(
+        &mut self,
+        task: u32,
+        output: u32,
+        total: u64,
+        offset: u64,
+        len: usize,
+        chunk: impl FnOnce() -> Bytes,
+    ) -> Result<(), FrameError> {
         let t = self.tasks.get_mut(&task).ok_or(FrameError::Malformed(
             "data for a broadcast never activated",
         ))?;
@@ -312,20 +333,23 @@ impl Broadcaster {
                 "data size differs from the announced size",
             ));
         }
-        let chunk_len = MAX_CHUNK as u64;
-        if offset % chunk_len != 0 || (offset >= size && !(size == 0 && offset == 0)) {
+        // Any chunking the sender chose: a non-empty chunk within the output (the one
+        // chunk of an empty output is empty, at 0).
+        let len = len as u64;
+        if offset > size || (offset == size && size != 0) {
             return Err(FrameError::Malformed("data offset out of place"));
         }
-        if chunk.len() as u64 != chunk_len.min(size - offset) {
+        if len > size - offset || (len == 0 && size != 0) {
             return Err(FrameError::Malformed("data chunk of the wrong length"));
         }
         if t.complete.contains(output) {
             return Ok(());
         }
         let buffer = t.buffers.entry(output).or_default();
-        let before = buffer.data.len();
-        let complete = buffer.add(size, offset, chunk);
-        if buffer.data.len() > before {
+        let before = buffer.held();
+        let complete = buffer.add(size, offset, chunk());
+        // (An empty output's one chunk grows nothing but completes it.)
+        if buffer.held() > before || complete {
             // Streams of this output waiting for data go on from where they stopped.
             let mut k = 0;
             while k < t.parked.len() {
@@ -369,16 +393,51 @@ impl Protocol for Broadcaster {
         _now: Instant,
         buf: &mut [u8],
     ) -> Result<Option<Transmit>, BufferTooShort> {
-        // A frame leaves the queue only once it is written: a short buffer keeps it.
+        Ok(self.next_frame(buf, false)?.map(|t| Transmit {
+            to: t.to,
+            len: t.head,
+        }))
+    }
+
+    fn poll_transmit_parts(
+        &mut self,
+        _now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        self.next_frame(buf, true)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<BcastEvent> {
+        self.events.pop_front()
+    }
+}
+
+impl Broadcaster {
+    /// The next queued frame, its head written into `buf`; a data chunk follows as the
+    /// payload if `split`, else is written after the head too (a copy, counted). A frame
+    /// leaves the queue only once it is written: a short buffer keeps it.
+    fn next_frame(
+        &mut self,
+        buf: &mut [u8],
+        split: bool,
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
         loop {
             let Some(next) = self.out.front() else {
                 return Ok(None);
             };
             let (to, task, output, offset) = match next {
                 Outgoing::Frame { to, bytes } => {
-                    let (to, len) = (*to, wire::copy_out(bytes, buf)?);
+                    let (to, head) = (*to, wire::copy_out(bytes, buf)?);
                     self.out.pop_front();
-                    return Ok(Some(Transmit { to, len }));
+                    return Ok(Some(TransmitParts {
+                        to,
+                        head,
+                        payload: None,
+                    }));
                 }
                 &Outgoing::Stream {
                     to,
@@ -387,7 +446,7 @@ impl Protocol for Broadcaster {
                     offset,
                 } => (to, task, output, offset),
             };
-            let head = Header {
+            let header = Header {
                 kind: FrameKind::BcastData,
                 comm: self.cfg.comm,
                 epoch: task,
@@ -401,23 +460,34 @@ impl Protocol for Broadcaster {
                 self.out.pop_front();
                 continue;
             };
-            let end = (offset + MAX_CHUNK as u64).min(total);
-            // The in-order prefix held so far: the next chunk goes as soon as it
+            // The next chunk from the in-order prefix held so far: it goes as soon as it
             // is there (pipelining), else the stream waits for it.
-            let held = t.buffers.get(&output).map_or(&[][..], |b| &b.data[..]);
-            if (held.len() as u64) < end {
+            let piece = t
+                .buffers
+                .get(&output)
+                .and_then(|b| b.piece(offset, self.cfg.chunk_bytes));
+            let Some(piece) = piece else {
                 t.parked.push(Parked { to, output, offset });
                 self.out.pop_front();
                 continue;
-            }
-            let len = head
-                .write_into(buf)
-                .put_varint(output.into())
+            };
+            let mut w = header.write_into(buf);
+            w.put_varint(output.into())
                 .put_varint(total)
-                .put_varint(offset)
-                .put_bytes(&held[offset as usize..end as usize])
-                .finish()?;
+                .put_varint(offset);
+            let len = piece.len() as u64;
+            let payload = if split {
+                // `put_bytes` is the length then the bytes: the length goes in the head,
+                // the bytes follow as the payload.
+                w.put_varint(len);
+                Some(piece)
+            } else {
+                w.put_bytes(&piece);
+                None
+            };
+            let head = w.finish()?;
             self.out.pop_front();
+            let end = offset + len;
             if end < total {
                 self.out.push_back(Outgoing::Stream {
                     to,
@@ -426,15 +496,11 @@ impl Protocol for Broadcaster {
                     offset: end,
                 });
             }
-            return Ok(Some(Transmit { to, len }));
+            self.stats.payload_bytes_sent += len;
+            if !split {
+                self.stats.payload_bytes_copied += len;
+            }
+            return Ok(Some(TransmitParts { to, head, payload }));
         }
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-
-    fn poll_event(&mut self) -> Option<BcastEvent> {
-        self.events.pop_front()
     }
 }

@@ -10,6 +10,7 @@
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use bytes::{Bytes, BytesMut};
 use hashbrown::{HashMap, HashSet};
 
 use ft_core::{FrameError, Rank, RankSet};
@@ -89,41 +90,170 @@ impl TreeState {
 
 /// One output's bytes, filled chunk by chunk as they arrive.
 ///
-/// `data` is the received prefix and grows with it (never reserved at the announced
-/// size, never past it); chunks that arrive ahead of the prefix wait in `ahead`, keyed
-/// by offset, until the gap before them fills. So the memory held is what arrived.
+/// At the root, and anywhere once the output is complete, the bytes are one shared
+/// buffer (`whole`). Before that, the in-order prefix is the list of chunks that made it
+/// (`prefix`, each its own [`Bytes`] with its start offset): forwarding a chunk to a
+/// child sends a slice of what arrived ([`Buffer::piece`]), never a copy. Chunks that
+/// arrive ahead of the prefix wait in `ahead`, keyed by offset, until the gap before
+/// them fills (only their bytes that no other chunk holds). When the last byte arrives the prefix is assembled once into `whole` (one
+/// copy of the output; none when it came in one chunk), so the application reads one
+/// slice.
+///
+/// Invariants: the prefix is contiguous from offset 0; `ahead` chunks lie past the
+/// prefix and overlap neither each other nor it (a chunk that overlaps is cut to the
+/// bytes nobody holds yet, zero-copy: chunks from an old and a new source after a
+/// repair may be cut differently); so a buffer never holds more than its output's
+/// announced size, and only what arrived.
 #[derive(Debug, Default)]
 pub(super) struct Buffer {
-    pub(super) data: Vec<u8>,
-    pub(super) ahead: BTreeMap<u64, Vec<u8>>,
+    whole: Option<Bytes>,
+    prefix: Vec<(u64, Bytes)>,
+    /// Length of the prefix.
+    held: u64,
+    pub(super) ahead: BTreeMap<u64, Bytes>,
 }
 
 impl Buffer {
-    /// Adds the chunk at `offset` of an output of `size` bytes; true once the output is
-    /// complete. A chunk already held (from an old and a new source) is ignored.
-    pub(super) fn add(&mut self, size: u64, offset: u64, chunk: &[u8]) -> bool {
-        let held = self.data.len() as u64;
-        if offset > held {
-            self.ahead.entry(offset).or_insert_with(|| chunk.to_vec());
-        } else if offset == held {
-            self.append(size, chunk);
-            while let Some(next) = self.ahead.remove(&(self.data.len() as u64)) {
-                self.append(size, &next);
-            }
+    /// A complete output (the root's payload).
+    pub(super) fn complete(data: Bytes) -> Self {
+        Buffer {
+            held: data.len() as u64,
+            whole: Some(data),
+            prefix: Vec::new(),
+            ahead: BTreeMap::new(),
         }
-        self.data.len() as u64 == size
     }
 
-    /// Appends to the prefix, growing it geometrically but never past `size`.
-    pub(super) fn append(&mut self, size: u64, chunk: &[u8]) {
-        let len = self.data.len();
-        if self.data.capacity() - len < chunk.len() {
-            let need = len + chunk.len();
-            let most = usize::try_from(size).unwrap_or(usize::MAX).max(need);
-            let want = len.saturating_mul(2).max(need).min(most);
-            self.data.reserve_exact(want - len);
+    /// The whole output, once complete.
+    pub(super) fn whole(&self) -> Option<&Bytes> {
+        self.whole.as_ref()
+    }
+
+    /// Length of the in-order prefix held.
+    pub(super) fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Payload bytes kept (prefix and chunks ahead of it).
+    pub(super) fn bytes_kept(&self) -> usize {
+        let ahead: usize = self.ahead.values().map(Bytes::len).sum();
+        self.held as usize + ahead
+    }
+
+    /// Up to `max` bytes of the prefix from `offset`, shared, not copied, and never across
+    /// the end of a chunk as it arrived (so a relay's chunks are at most its source's);
+    /// `None` if the prefix does not reach past `offset` (an empty output has its one
+    /// empty piece at 0).
+    pub(super) fn piece(&self, offset: u64, max: usize) -> Option<Bytes> {
+        let max = max as u64;
+        if let Some(whole) = &self.whole {
+            let len = whole.len() as u64;
+            if offset > len || (offset == len && len != 0) {
+                return None;
+            }
+            let end = (offset + max).min(len);
+            return Some(whole.slice(offset as usize..end as usize));
         }
-        self.data.extend_from_slice(chunk);
+        if offset >= self.held {
+            return None;
+        }
+        let k = self.prefix.partition_point(|(start, _)| *start <= offset) - 1;
+        let (start, chunk) = &self.prefix[k];
+        let from = (offset - start) as usize;
+        let to = chunk.len().min(from + max as usize);
+        Some(chunk.slice(from..to))
+    }
+
+    /// Adds the chunk at `offset` of an output of `size` bytes (the caller checked
+    /// `offset + chunk.len() <= size`); true once the output is complete. Bytes already
+    /// held (from an old and a new source) are ignored.
+    pub(super) fn add(&mut self, size: u64, offset: u64, chunk: Bytes) -> bool {
+        if self.whole.is_some() {
+            return true;
+        }
+        let end = offset + chunk.len() as u64;
+        if offset <= self.held {
+            if end > self.held {
+                let skip = (self.held - offset) as usize;
+                self.append(chunk.slice(skip..));
+                self.absorb_ahead();
+            }
+        } else {
+            self.insert_ahead(offset, chunk);
+        }
+        if self.held == size {
+            self.assemble(size);
+            return true;
+        }
+        false
+    }
+
+    fn append(&mut self, piece: Bytes) {
+        if !piece.is_empty() {
+            let start = self.held;
+            self.held += piece.len() as u64;
+            self.prefix.push((start, piece));
+        }
+    }
+
+    /// Moves the chunks the prefix has reached from `ahead` into it.
+    fn absorb_ahead(&mut self) {
+        while let Some(entry) = self.ahead.first_entry() {
+            if *entry.key() > self.held {
+                break;
+            }
+            let (offset, chunk) = entry.remove_entry();
+            let end = offset + chunk.len() as u64;
+            if end > self.held {
+                let skip = (self.held - offset) as usize;
+                self.append(chunk.slice(skip..));
+            }
+        }
+    }
+
+    /// Keeps the parts of a chunk past the prefix that no chunk ahead holds yet, as
+    /// slices of it. (Dropping an overlapping chunk whole would lose bytes for good when
+    /// the chunk it overlaps came from a source that died before filling the rest.)
+    fn insert_ahead(&mut self, offset: u64, chunk: Bytes) {
+        let end = offset + chunk.len() as u64;
+        let mut at = offset;
+        if let Some((&o, c)) = self.ahead.range(..=offset).next_back() {
+            at = at.max(o + c.len() as u64);
+        }
+        let covered: Vec<(u64, u64)> = self
+            .ahead
+            .range(offset..end)
+            .map(|(&o, c)| (o, o + c.len() as u64))
+            .collect();
+        for (from, to) in covered {
+            if from > at {
+                let piece = chunk.slice((at - offset) as usize..(from - offset) as usize);
+                self.ahead.insert(at, piece);
+            }
+            at = at.max(to);
+        }
+        if at < end {
+            self.ahead.insert(at, chunk.slice((at - offset) as usize..));
+        }
+    }
+
+    /// Joins the prefix into one buffer: the output's one copy on the receiving side
+    /// after the transport's (none if it came in one chunk).
+    fn assemble(&mut self, size: u64) {
+        let whole = match self.prefix.as_slice() {
+            [] => Bytes::new(),
+            [(_, only)] => only.clone(),
+            chunks => {
+                let mut all = BytesMut::with_capacity(size as usize);
+                for (_, chunk) in chunks {
+                    all.extend_from_slice(chunk);
+                }
+                all.freeze()
+            }
+        };
+        self.prefix = Vec::new();
+        self.ahead.clear();
+        self.whole = Some(whole);
     }
 }
 

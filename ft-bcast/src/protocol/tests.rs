@@ -12,7 +12,7 @@ use alloc::vec;
 use core::num::NonZeroU32;
 use ft_core::wire::{self, FrameKind, Header, Writer, MAX_CHUNK};
 use ft_core::SplitMix;
-use ft_core::{FrameError, Protocol};
+use ft_core::{FrameError, Protocol, TransmitParts};
 use proptest::prelude::{any, prop, proptest, ProptestConfig, TestCaseError};
 
 fn payload(j: usize, len: u64) -> Vec<u8> {
@@ -22,7 +22,10 @@ fn payload(j: usize, len: u64) -> Vec<u8> {
 }
 
 /// An in-test network: frames are delivered in random order, failures are notified
-/// to each survivor at a random later step.
+/// to each survivor at a random later step. Ranks send chunks of different sizes (so
+/// relays re-chunk nothing but receivers see every chunking), and each frame is taken at
+/// random through `poll_transmit` (contiguous) or `poll_transmit_parts` (head plus
+/// shared payload, joined here as a network would): both must give the same frames.
 struct Net {
     n: u32,
     ranks: Vec<Option<Broadcaster>>,
@@ -37,10 +40,15 @@ struct Net {
 
 impl Net {
     fn new(n: u32, seed: u64) -> Self {
+        let mut chunks = SplitMix::new(seed ^ 0xc4);
         Net {
             n,
             ranks: (0..n)
-                .map(|me| Some(Broadcaster::new(Config::new(9, n, me))))
+                .map(|me| {
+                    let mut cfg = Config::new(9, n, me);
+                    cfg.chunk_bytes = [MAX_CHUNK, 1000, 4099][chunks.below(3) as usize];
+                    Some(Broadcaster::new(cfg))
+                })
                 .collect(),
             frames: Vec::new(),
             notices: Vec::new(),
@@ -56,12 +64,20 @@ impl Net {
         let Some(m) = self.ranks[r as usize].as_mut() else {
             return;
         };
-        while let Some(t) = m
-            .poll_transmit(Instant::ZERO, &mut self.buf)
-            .expect("frame_capacity fits")
-        {
+        loop {
+            let t = if self.rng.chance(1, 2) {
+                m.poll_transmit(Instant::ZERO, &mut self.buf)
+                    .expect("frame_capacity fits")
+                    .map(TransmitParts::from)
+            } else {
+                m.poll_transmit_parts(Instant::ZERO, &mut self.buf)
+                    .expect("frame_capacity fits")
+            };
+            let Some(t) = t else { break };
             self.subtree_frames += usize::from(self.buf[1] == FrameKind::BcastSubtree as u8);
-            self.frames.push((r, t.to, self.buf[..t.len].to_vec()));
+            let mut frame = self.buf[..t.head].to_vec();
+            frame.extend_from_slice(t.payload.as_deref().unwrap_or_default());
+            self.frames.push((r, t.to, frame));
         }
         while let Some(e) = m.poll_event() {
             self.events[r as usize].push(e);
@@ -74,6 +90,13 @@ impl Net {
             if self.ranks[s as usize].is_some() {
                 self.notices.push((s, r));
             }
+        }
+    }
+
+    /// Every rank sends chunks of at most `bytes`.
+    fn set_chunks(&mut self, bytes: usize) {
+        for m in self.ranks.iter_mut().flatten() {
+            m.set_chunk_bytes(bytes);
         }
     }
 
@@ -260,6 +283,7 @@ fn a_relay_forwards_each_chunk_as_soon_as_it_holds_it() {
     let plan = Plan::build(spec).unwrap();
     let data = payload(0, plan.spec().outputs[0].bytes);
     let mut net = Net::new(3, 1);
+    net.set_chunks(MAX_CHUNK);
     net.ranks[0]
         .as_mut()
         .unwrap()
@@ -298,6 +322,160 @@ fn a_relay_forwards_each_chunk_as_soon_as_it_holds_it() {
     }
     assert_eq!(forwarded, 3, "three chunks relayed to rank 2");
     assert_eq!(net.ranks[2].as_ref().unwrap().output(5, 0), Some(&data[..]));
+}
+
+#[test]
+fn chunks_leave_and_are_forwarded_as_slices_of_the_payload_never_copies() {
+    // Chain 0 -> 1 -> 2 -> 3, two outputs of several chunks, every frame taken through
+    // `poll_transmit_parts`. The root's chunks point into the very buffer the
+    // application handed over; relays send slices of what they received, shorter ones
+    // where their own chunk size is smaller; no rank copies a payload byte on sending.
+    let sizes = [3 * MAX_CHUNK as u64 + 11, 2 * MAX_CHUNK as u64];
+    let spec = PlanSpec::new(4, 0)
+        .with_topology(Topology::Chain)
+        .with_strategy(Strategy::FetchForDescendants)
+        .with_output(OutputSpec::new("A", sizes[0], vec![1, 2, 3]))
+        .with_output(OutputSpec::new("B", sizes[1], vec![3]));
+    let plan = Plan::build(spec).unwrap();
+    let payloads: Vec<Bytes> = sizes
+        .iter()
+        .enumerate()
+        .map(|(j, &len)| Bytes::from(payload(j, len)))
+        .collect();
+    let mut ranks: Vec<Broadcaster> = (0..4)
+        .map(|me| Broadcaster::new(Config::new(9, 4, me)))
+        .collect();
+    ranks[2].set_chunk_bytes(MAX_CHUNK / 3);
+    ranks[0]
+        .start_broadcast(Instant::ZERO, 5, &plan, payloads.clone())
+        .unwrap();
+    let inside = |p: &Bytes, whole: &Bytes| {
+        let (start, end) = (
+            whole.as_ptr() as usize,
+            whole.as_ptr() as usize + whole.len(),
+        );
+        (start..=end).contains(&(p.as_ptr() as usize)) && p.as_ptr() as usize + p.len() <= end
+    };
+    let mut buf = vec![0; wire::frame_capacity(4)];
+    let mut chunks_sent = [0usize; 4];
+    let mut in_flight: VecDeque<(Rank, Rank, Vec<u8>)> = VecDeque::new();
+    loop {
+        for r in 0..4u32 {
+            while let Some(t) = ranks[r as usize]
+                .poll_transmit_parts(Instant::ZERO, &mut buf)
+                .unwrap()
+            {
+                let mut frame = buf[..t.head].to_vec();
+                if let Some(p) = &t.payload {
+                    chunks_sent[r as usize] += 1;
+                    let limit = if r == 2 { MAX_CHUNK / 3 } else { MAX_CHUNK };
+                    assert!(p.len() <= limit, "rank {r} sent {} bytes", p.len());
+                    if r == 0 {
+                        assert!(
+                            payloads.iter().any(|whole| inside(p, whole)),
+                            "the root's chunk is a slice of the application's buffer"
+                        );
+                    }
+                    frame.extend_from_slice(p);
+                }
+                in_flight.push_back((r, t.to, frame));
+            }
+        }
+        let Some((from, to, frame)) = in_flight.pop_front() else {
+            break;
+        };
+        ranks[to as usize]
+            .handle_message(Instant::ZERO, from, &frame)
+            .unwrap();
+    }
+    for (r, m) in ranks.iter().enumerate() {
+        let stats = m.stats();
+        assert_eq!(stats.payload_bytes_copied, 0, "rank {r}");
+        if r < 3 {
+            assert!(stats.payload_bytes_sent >= sizes[0], "rank {r}: {stats:?}");
+        }
+    }
+    assert_eq!(chunks_sent[0], 4 + 2, "the root's chunks");
+    // Rank 2 sends pieces of at most a third of the chunks it received.
+    assert!(
+        chunks_sent[2] >= 10 + 7,
+        "rank 2 re-chunks: {chunks_sent:?}"
+    );
+    for j in 0..2u32 {
+        assert_eq!(ranks[3].output(5, j), Some(&payloads[j as usize][..]));
+    }
+    assert_eq!(ranks[1].output(5, 0), Some(&payloads[0][..]));
+}
+
+#[test]
+fn chunks_of_any_size_from_two_sources_fill_an_output_once() {
+    // The old parent sends chunks of 1000 bytes, ahead of order; a new parent (after a
+    // repair) resends with chunks of 4099: overlaps are cut, nothing is held twice, and
+    // the output completes exactly.
+    let size = 10_000u64;
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    let data = payload(0, size);
+    let frame = |from: Rank, offset: u64, len: u64| {
+        let mut w = task5(FrameKind::BcastData, from);
+        w.put_varint(0)
+            .put_varint(size)
+            .put_varint(offset)
+            .put_bytes(&data[offset as usize..(offset + len) as usize]);
+        w.finish()
+    };
+    for offset in [3000, 5000, 0] {
+        m.handle_message(Instant::ZERO, 0, &frame(0, offset, 1000))
+            .unwrap();
+    }
+    // Overlapping a chunk already ahead: only its first 500 bytes are new, and kept.
+    m.handle_message(Instant::ZERO, 0, &frame(0, 2500, 1000))
+        .unwrap();
+    assert_eq!(held_bytes(&m), 3500);
+    // Spanning two chunks ahead and the gaps around them: the gaps are kept.
+    m.handle_message(Instant::ZERO, 0, &frame(0, 2000, 4000))
+        .unwrap();
+    assert_eq!(held_bytes(&m), 5000);
+    let mut offset = 0;
+    while offset < size {
+        let len = 4099.min(size - offset);
+        m.handle_message(Instant::ZERO, 0, &frame(0, offset, len))
+            .unwrap();
+        assert!(held_bytes(&m) as u64 <= size);
+        offset += len;
+    }
+    assert_eq!(m.output(5, 0), Some(&data[..]));
+    assert_eq!(held_bytes(&m) as u64, size);
+
+    // Chunks outside the output, or empty ones, are the peer's fault.
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    let wrong_length = Err(FrameError::Malformed("data chunk of the wrong length"));
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &frame(0, 9000, 0)),
+        wrong_length
+    );
+    let mut w = task5(FrameKind::BcastData, 0);
+    w.put_varint(0)
+        .put_varint(size)
+        .put_varint(9000)
+        .put_bytes(&[1; 1001]);
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &w.finish()),
+        wrong_length
+    );
+    let mut w = task5(FrameKind::BcastData, 0);
+    w.put_varint(0)
+        .put_varint(size)
+        .put_varint(size)
+        .put_bytes(&[1]);
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &w.finish()),
+        Err(FrameError::Malformed("data offset out of place"))
+    );
+    assert_eq!(held_bytes(&m), 0);
 }
 
 #[test]
@@ -413,14 +591,12 @@ fn data_frame(from: Rank, output: u32, total: u64, offset: u64) -> Vec<u8> {
     w.finish()
 }
 
-/// Bytes of output data `m` holds for task 5 (capacity, not length).
+/// Bytes of output data `m` holds for task 5 (each received chunk is its own buffer of
+/// exactly its length, so this is the memory too).
 fn held_bytes(m: &Broadcaster) -> usize {
-    m.tasks.get(&5).map_or(0, |t| {
-        t.buffers
-            .values()
-            .map(|b| b.data.capacity() + b.ahead.values().map(Vec::capacity).sum::<usize>())
-            .sum()
-    })
+    m.tasks
+        .get(&5)
+        .map_or(0, |t| t.buffers.values().map(|b| b.bytes_kept()).sum())
 }
 
 #[test]
