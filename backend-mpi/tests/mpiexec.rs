@@ -309,7 +309,6 @@ fn sends_to_a_killed_rank_are_dropped_and_the_sender_goes_on() {
 }
 
 #[test]
-#[ignore = "until the driver sends data chunks with send_parts (issue 14, the ft-runtime/ft-bcast branch)"]
 fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
     // plans/mpi-8.json: A 1 MiB to 7 ranks, B 200,000 bytes to 3, C 65,537 to 4, in
     // chunks of MAX_CHUNK. Failure-free, every delivered payload byte is sent once by
