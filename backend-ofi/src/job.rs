@@ -42,6 +42,11 @@ impl JobTransport for OfiTransport {
             ("frames_received", s.received),
             ("send_errors", s.send_errors),
             ("oversized", s.oversized),
+            ("rma_offered", s.rma_offered),
+            ("rma_reads", s.rma_reads),
+            ("rma_bytes_read", s.rma_bytes_read),
+            ("rma_fallbacks", s.rma_fallbacks),
+            ("rma_lost_reads", s.rma_lost_reads),
         ]
     }
     fn saw_failure(&self) -> bool {

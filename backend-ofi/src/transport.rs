@@ -59,7 +59,7 @@
 //!   delivered in that order is the provider's business (`FI_ORDER_SAS` is not
 //!   requested), and receivers must not rely on it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::fmt;
 use std::fs;
@@ -72,6 +72,7 @@ use std::time::{Duration, Instant};
 use ft_core::{wire, Rank};
 use ft_runtime::{Bytes, Received, Transport, Wake};
 
+use crate::rma::{self, Control, ControlError, Offer, CONTROL_FLAG};
 use crate::sys;
 
 /// The provider used unless the configuration names another.
@@ -87,6 +88,10 @@ pub const DEFAULT_RECV_DEPTH: usize = 64;
 /// 2.7–3.1 ms. The price is receive memory: `recv_depth` buffers of about this size each
 /// (16 MiB per rank with the defaults).
 pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+/// The smallest payload [`OfiTransport::send_parts`] moves by RMA unless the
+/// configuration says otherwise ([`OfiConfig::rma_threshold`]): 64 KiB. Below it the
+/// offer → read → done round trip costs more than the copy a two-sided send makes.
+pub const DEFAULT_RMA_THRESHOLD: usize = 64 * 1024;
 
 /// `fi_addr_t` of "any source" (`FI_ADDR_UNSPEC`, a cast bindgen cannot translate).
 const FI_ADDR_UNSPEC: sys::fi_addr_t = u64::MAX;
@@ -94,6 +99,10 @@ const FI_ADDR_UNSPEC: sys::fi_addr_t = u64::MAX;
 const SEND: usize = 1;
 /// Context kind of a posted receive.
 const RECV: usize = 2;
+/// Context kind of a posted RMA read.
+const READ: usize = 3;
+/// `FI_KEY_NOTAVAIL` (a cast bindgen cannot translate): the key is raw (`FI_MR_RAW`).
+const FI_KEY_NOTAVAIL: u64 = u64::MAX;
 /// Completions read per `fi_cq_read`.
 const CQ_BATCH: usize = 16;
 /// The longest [`OfiTransport::wait`] naps while frames wait for a retry.
@@ -134,6 +143,12 @@ pub struct OfiConfig {
     /// How long a frame may wait for the provider to accept it, or a posted send for
     /// its completion, before it is given up (its peer taken for dead).
     pub stall_timeout: Duration,
+    /// Payloads of [`Transport::send_parts`] at least this long move by one-sided RMA
+    /// (see [`crate::rma`]) when the provider offers `FI_RMA`; `None` forces two-sided
+    /// sends (for comparison runs). Every rank of a job should agree on it only in
+    /// that a rank with `None` still serves the offers of the others, so the ranks may
+    /// differ.
+    pub rma_threshold: Option<usize>,
 }
 
 impl OfiConfig {
@@ -142,7 +157,8 @@ impl OfiConfig {
     /// defaults: [`DEFAULT_PROVIDER`], frames up to the stack's largest
     /// ([`wire::frame_capacity`] of `size`, so a broadcast's full data chunks fit),
     /// [`DEFAULT_RECV_DEPTH`], 30 s to connect, 10 s before a stalled send is given up,
-    /// chunks of [`DEFAULT_CHUNK_BYTES`].
+    /// chunks of [`DEFAULT_CHUNK_BYTES`], payloads of [`DEFAULT_RMA_THRESHOLD`] bytes and
+    /// more by RMA.
     pub fn new(size: u32, rank: Rank, rendezvous: impl Into<PathBuf>) -> Self {
         OfiConfig {
             rank,
@@ -155,6 +171,7 @@ impl OfiConfig {
             recv_depth: DEFAULT_RECV_DEPTH,
             connect_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(10),
+            rma_threshold: Some(DEFAULT_RMA_THRESHOLD),
         }
     }
 }
@@ -275,7 +292,7 @@ impl std::error::Error for OfiError {
 /// Counters of what the transport did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OfiStats {
-    /// Frames handed to the provider.
+    /// Frames handed to the provider (whole, or as an RMA offer).
     pub sent: u64,
     /// Frames received (handed out by `try_recv`).
     pub received: u64,
@@ -293,12 +310,46 @@ pub struct OfiStats {
     pub recv_errors: u64,
     /// Posts refused with `-FI_EAGAIN` (and retried later).
     pub eagain_retries: u64,
+    /// Payloads offered for RMA (a registration and an offer sent instead of the frame).
+    pub rma_offered: u64,
+    /// Offers served from a registration another transfer of the same bytes had made.
+    pub rma_registrations_reused: u64,
+    /// RMA reads completed (each delivered as one frame).
+    pub rma_reads: u64,
+    /// Payload bytes those reads moved.
+    pub rma_bytes_read: u64,
+    /// Payloads at or above the RMA threshold sent two-sided: the provider has no
+    /// `FI_RMA`, or registering the payload failed.
+    pub rma_fallbacks: u64,
+    /// RMA reads that failed (the sender died, or its offer was bad): lost frames.
+    pub rma_lost_reads: u64,
+    /// Transfers released without a done message, their receiver taken for dead.
+    pub rma_released_unread: u64,
+    /// Transfers no longer counted as pending after [`OfiConfig::stall_timeout`]
+    /// without a done message (their registration stays until one comes or the peer
+    /// is found dead).
+    pub rma_abandoned: u64,
+    /// Control messages refused as malformed or stale ([`crate::rma::ControlError`]).
+    pub bad_control: u64,
 }
 
 /// A frame to send: a whole frame, or a head followed by a shared payload.
 struct Frame {
     head: Box<[u8]>,
     payload: Option<Bytes>,
+    /// What the message carries.
+    carries: Carries,
+}
+
+/// What a sent message carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carries {
+    /// A frame, whole.
+    Frame,
+    /// An RMA offer of a frame (a control message, flagged in the CQ data).
+    Offer,
+    /// A done message (a control message that stands for no frame).
+    Done,
 }
 
 impl Frame {
@@ -311,6 +362,8 @@ impl Frame {
 struct InFlight {
     /// What libfabric reads until the completion.
     frame: Frame,
+    /// The destination, taken for dead if the send fails.
+    to: Rank,
     posted: Instant,
     /// No completion within the stall timeout: no longer counted as pending (the
     /// provider may still read the buffer, so it stays).
@@ -324,12 +377,56 @@ struct Parked {
 }
 
 /// What a receive completion left for `try_recv`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 enum Arrival {
     /// A frame of `len` bytes from `from` in receive buffer `slot`.
     Frame { slot: usize, from: Rank, len: usize },
+    /// A frame of `len` bytes from `from` whose payload an RMA read placed in `buf`.
+    Read {
+        from: Rank,
+        buf: Box<[u8]>,
+        len: usize,
+    },
     /// A truncated message (its buffer is already posted again).
     Oversized { from: Rank, len: usize },
+}
+
+/// A registered payload, shared by the transfers that offer it (a relay forwards one
+/// chunk to each of its children: one registration serves them all).
+struct Registration {
+    mr: *mut sys::fid_mr,
+    /// The remote address of the payload's first byte.
+    addr: u64,
+    key: u64,
+    /// Keeps the registered bytes alive and unchanged while the registration lives.
+    payload: Bytes,
+    /// Transfers using it.
+    users: usize,
+    /// A user's receiver was taken for dead: its provider may still be sending from
+    /// these bytes, so they are retired, not freed, when the registration closes.
+    tainted: bool,
+}
+
+/// An offered payload, until its receiver's done message (or its death).
+struct Transfer {
+    to: Rank,
+    /// The registration's key in [`OfiTransport::registrations`].
+    region: (usize, usize),
+    offered: Instant,
+    /// Counted in [`OfiTransport::pending_sends`] (not abandoned).
+    counted: bool,
+}
+
+/// A posted (or to be posted) RMA read: the frame being assembled.
+struct PendingRead {
+    from: Rank,
+    id: u64,
+    /// The head, then the payload's place; `max_frame` bytes.
+    buf: Box<[u8]>,
+    head_len: usize,
+    frame_len: usize,
+    addr: u64,
+    key: u64,
 }
 
 /// What posting a send did.
@@ -375,6 +472,35 @@ pub struct OfiTransport {
     /// The buffer the last frame `try_recv` returned was lent from.
     lent: Option<usize>,
     arrived: VecDeque<Arrival>,
+    /// [`OfiConfig::rma_threshold`], `None` also when the provider has no `FI_RMA`.
+    rma_threshold: Option<usize>,
+    /// Whether the provider offers RMA reads (so offers from peers can be served).
+    rma_available: bool,
+    /// The `mr_mode` bits the provider asks for (of those requested).
+    mr_mode: u64,
+    next_transfer: u64,
+    /// The key to request for the next registration (without `FI_MR_PROV_KEY`).
+    next_mr_key: u64,
+    /// Registrations by the payload's (address, length).
+    registrations: HashMap<(usize, usize), Registration>,
+    /// Offered payloads by transfer id.
+    transfers: HashMap<u64, Transfer>,
+    /// Transfers counted as pending.
+    transfers_pending: usize,
+    /// Payloads whose receiver died, kept [`OfiConfig::stall_timeout`] after their
+    /// registration closed (the provider may still have a reply from them queued).
+    retired: VecDeque<(Instant, Bytes)>,
+    /// RMA reads by slot; `None` is a free slot.
+    reads: Vec<Option<PendingRead>>,
+    free_read_slots: Vec<usize>,
+    /// Reads refused with `-FI_EAGAIN`, to post again.
+    reads_waiting: VecDeque<usize>,
+    /// Read buffers (`max_frame` bytes) to reuse.
+    read_spares: Vec<Box<[u8]>>,
+    /// The read buffer the last frame `try_recv` returned was lent from.
+    lent_read: Option<Box<[u8]>>,
+    recv_depth: usize,
+    last_control_error: Option<ControlError>,
     /// Whether the CQ has a wait object, so [`OfiTransport::wait`] can block on it.
     waitable: bool,
     /// The CQ as other threads may signal it (set once the CQ is waitable).
@@ -417,7 +543,17 @@ impl OfiTransport {
             .map_err(|_| OfiError::InvalidConfig {
                 reason: "the address contains a NUL byte".into(),
             })?;
-        let info = get_info(&provider, &config.provider, address.as_deref())?;
+        // RMA if the provider offers it (also when this rank sends two-sided: it still
+        // serves its peers' offers); plain messages otherwise.
+        let (info, rma_available) =
+            match get_info(&provider, &config.provider, address.as_deref(), true) {
+                Ok(info) => (info, true),
+                Err(OfiError::ProviderNotFound { .. }) => (
+                    get_info(&provider, &config.provider, address.as_deref(), false)?,
+                    false,
+                ),
+                Err(e) => return Err(e),
+            };
         let mut transport = OfiTransport {
             me: config.rank,
             n: config.size,
@@ -445,6 +581,23 @@ impl OfiTransport {
             unposted: (0..config.recv_depth).rev().collect(),
             lent: None,
             arrived: VecDeque::new(),
+            rma_threshold: config.rma_threshold,
+            rma_available,
+            // SAFETY: `info` is the fi_info fi_getinfo returned; its domain_attr is set.
+            mr_mode: u64::from(unsafe { (*(*info).domain_attr).mr_mode } as u32),
+            next_transfer: 0,
+            next_mr_key: 1,
+            registrations: HashMap::new(),
+            transfers: HashMap::new(),
+            transfers_pending: 0,
+            retired: VecDeque::new(),
+            reads: Vec::new(),
+            free_read_slots: Vec::new(),
+            reads_waiting: VecDeque::new(),
+            read_spares: Vec::new(),
+            lent_read: None,
+            recv_depth: config.recv_depth,
+            last_control_error: None,
             waitable: false,
             signal: None,
             stats: OfiStats::default(),
@@ -499,6 +652,7 @@ impl OfiTransport {
             Frame {
                 head: frame.into(),
                 payload: None,
+                carries: Carries::Frame,
             },
         )
     }
@@ -507,6 +661,47 @@ impl OfiTransport {
     /// posted in place (a clone of it kept until the completion), unless the provider
     /// cannot gather two buffers, when the two are copied into one frame.
     pub fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), OfiError> {
+        if let Some(threshold) = self.rma_threshold {
+            if payload.len() >= threshold && !payload.is_empty() {
+                if self.rma_available {
+                    return self.offer(to, head, payload);
+                }
+                self.stats.rma_fallbacks += 1;
+            }
+        }
+        self.send_two_sided(to, head, payload)
+    }
+
+    /// Whether payloads of [`OfiConfig::rma_threshold`] bytes and more move by RMA
+    /// (configured, and the provider offers `FI_RMA`).
+    pub fn uses_rma(&self) -> bool {
+        self.rma_available && self.rma_threshold.is_some()
+    }
+
+    /// The last control message refused ([`OfiStats::bad_control`] counts them all).
+    pub fn last_control_error(&self) -> Option<&ControlError> {
+        self.last_control_error.as_ref()
+    }
+
+    /// Releases every transfer offered to `rank` that it has not said it is done with:
+    /// for a peer the caller knows is dead (the transport finds out by itself when a
+    /// send to it fails). Their registrations close once no other transfer uses them.
+    pub fn forget_peer(&mut self, rank: Rank) {
+        let ids: Vec<u64> = self
+            .transfers
+            .iter()
+            .filter(|(_, t)| t.to == rank)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            self.stats.rma_released_unread += 1;
+            self.release_transfer(id, true);
+        }
+    }
+
+    /// `head` and `payload` as one two-sided frame (gathered, or copied if the provider
+    /// cannot gather).
+    fn send_two_sided(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), OfiError> {
         if self.iov_limit < 2 {
             let mut frame = Vec::with_capacity(head.len() + payload.len());
             frame.extend_from_slice(head);
@@ -518,8 +713,160 @@ impl OfiTransport {
             Frame {
                 head: head.into(),
                 payload: Some(payload.clone()),
+                carries: Carries::Frame,
             },
         )
+    }
+
+    /// Registers `payload` (or shares the registration of the same bytes) and sends
+    /// `to` an offer to read it; falls back to two-sided if registering fails.
+    fn offer(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), OfiError> {
+        if to >= self.n {
+            return Err(OfiError::RankOutOfRange {
+                rank: to,
+                size: self.n,
+            });
+        }
+        let region = (payload.as_ptr().addr(), payload.len());
+        let (addr, key) = match self.registrations.get_mut(&region) {
+            Some(registration) => {
+                registration.users += 1;
+                self.stats.rma_registrations_reused += 1;
+                (registration.addr, registration.key)
+            }
+            None => match self.register(payload) {
+                Some(registration) => {
+                    let found = (registration.addr, registration.key);
+                    self.registrations.insert(region, registration);
+                    found
+                }
+                None => {
+                    self.stats.rma_fallbacks += 1;
+                    return self.send_two_sided(to, head, payload);
+                }
+            },
+        };
+        let id = self.next_transfer;
+        self.next_transfer += 1;
+        self.transfers.insert(
+            id,
+            Transfer {
+                to,
+                region,
+                offered: Instant::now(),
+                counted: true,
+            },
+        );
+        self.transfers_pending += 1;
+        self.stats.rma_offered += 1;
+        let message = rma::encode_offer(&Offer {
+            id,
+            addr,
+            len: payload.len() as u64,
+            key,
+            head,
+        });
+        self.start(
+            to,
+            Frame {
+                head: message,
+                payload: None,
+                carries: Carries::Offer,
+            },
+        )
+    }
+
+    /// Registers `payload` for remote reads; `None` if the provider refuses.
+    fn register(&mut self, payload: &Bytes) -> Option<Registration> {
+        let requested_key = self.next_mr_key;
+        self.next_mr_key += 1;
+        let mut mr: *mut sys::fid_mr = ptr::null_mut();
+        // SAFETY: `domain` is our open domain; the `len` bytes at `buf` are the heap
+        // bytes of `payload`, a clone of which the Registration keeps (immutable, never
+        // moved) until after `fi_close` of the MR; the provider only reads them
+        // (FI_REMOTE_READ). On success libfabric writes the MR handle into `mr`.
+        let ret = unsafe {
+            sys::fi_mr_reg(
+                self.domain,
+                payload.as_ptr().cast::<c_void>(),
+                payload.len(),
+                u64::from(sys::FI_REMOTE_READ),
+                0,
+                requested_key,
+                0,
+                &mut mr,
+                ptr::null_mut(),
+            )
+        };
+        if ret != 0 || mr.is_null() {
+            return None;
+        }
+        // SAFETY: `mr` is the MR just opened and `ep` our enabled endpoint; under
+        // FI_MR_ENDPOINT an MR is bound to the endpoint and enabled before use.
+        // fi_mr_key reads the key the provider stored in the MR. On failure the MR is
+        // closed and not used again.
+        unsafe {
+            let endpoint = self.mr_mode & u64::from(sys::FI_MR_ENDPOINT) != 0;
+            let bound = !endpoint
+                || (sys::fi_mr_bind(mr, &mut (*self.ep).fid, 0) == 0 && sys::fi_mr_enable(mr) == 0);
+            let key = sys::fi_mr_key(mr);
+            if !bound || key == FI_KEY_NOTAVAIL {
+                sys::fi_close(&raw mut (*mr).fid);
+                return None;
+            }
+            let addr = if self.mr_mode & u64::from(sys::FI_MR_VIRT_ADDR) != 0 {
+                payload.as_ptr().addr() as u64
+            } else {
+                0
+            };
+            Some(Registration {
+                mr,
+                addr,
+                key,
+                payload: payload.clone(),
+                users: 1,
+                tainted: false,
+            })
+        }
+    }
+
+    /// Ends transfer `id` (its receiver is done, or `dead`); closes its registration
+    /// when no other transfer uses it.
+    fn release_transfer(&mut self, id: u64, dead: bool) {
+        let Some(transfer) = self.transfers.remove(&id) else {
+            return;
+        };
+        if transfer.counted {
+            self.transfers_pending -= 1;
+        }
+        let Some(registration) = self.registrations.get_mut(&transfer.region) else {
+            return;
+        };
+        registration.tainted |= dead;
+        registration.users -= 1;
+        if registration.users > 0 {
+            return;
+        }
+        let registration = self
+            .registrations
+            .remove(&transfer.region)
+            .expect("the registration just found");
+        // SAFETY: the MR is open (a registration is removed from the map exactly once,
+        // here or in Drop) and no read of ours refers to it; remote reads that come
+        // after the close fail at the provider.
+        unsafe { sys::fi_close(&raw mut (*registration.mr).fid) };
+        if registration.tainted {
+            self.retired
+                .push_back((Instant::now(), registration.payload));
+        }
+    }
+
+    /// The transport learned that `rank` is dead (a send to it failed): releases the
+    /// transfers offered to it.
+    fn peer_failed(&mut self, rank: Rank) {
+        if !self.transfers.is_empty() {
+            self.forget_peer(rank);
+        }
     }
 
     /// Posts `frame` to `to`, or parks it behind earlier frames to `to` or when the
@@ -562,6 +909,7 @@ impl OfiTransport {
         if self.arrived.is_empty() {
             self.poll_cq()?;
             self.post_receives()?;
+            self.retry_reads();
         }
         match self.arrived.pop_front() {
             None => Ok(None),
@@ -574,6 +922,14 @@ impl OfiTransport {
                     bytes: &self.recv_bufs[slot][..len],
                 }))
             }
+            Some(Arrival::Read { from, buf, len }) => {
+                self.stats.received += 1;
+                let buf = self.lent_read.insert(buf);
+                Ok(Some(Received::Frame {
+                    from,
+                    bytes: &buf[..len],
+                }))
+            }
         }
     }
 
@@ -584,6 +940,7 @@ impl OfiTransport {
         self.return_lent();
         self.poll_cq()?;
         self.post_receives()?;
+        self.retry_reads();
         if self.backlog_count > 0 {
             for queue in 0..self.backlog.len() {
                 self.flush_backlog(queue)?;
@@ -601,7 +958,7 @@ impl OfiTransport {
     }
 
     fn pending(&self) -> usize {
-        self.in_flight_count + self.backlog_count
+        self.in_flight_count + self.backlog_count + self.transfers_pending
     }
 
     fn park(&mut self, queue: usize, frame: Frame, since: Instant) {
@@ -619,6 +976,7 @@ impl OfiTransport {
                 Posted::Again(frame) => {
                     if parked.since.elapsed() >= self.stall_timeout {
                         self.stats.send_stalled += 1;
+                        self.peer_failed(queue as Rank);
                         continue;
                     }
                     self.backlog[queue].push_front(Parked {
@@ -652,8 +1010,16 @@ impl OfiTransport {
             .map(|p| (p.as_ptr().cast_mut().cast::<c_void>(), p.len()));
         // The box and the `Bytes` handle move into the slab; the heap bytes they point
         // to, which libfabric reads, do not.
+        let carries = frame.carries;
+        let data = u64::from(self.me)
+            | if carries == Carries::Frame {
+                0
+            } else {
+                CONTROL_FLAG
+            };
         self.in_flight[slot] = Some(InFlight {
             frame,
+            to,
             posted: Instant::now(),
             abandoned: false,
         });
@@ -668,7 +1034,7 @@ impl OfiTransport {
                     head.0,
                     head.1,
                     ptr::null_mut(),
-                    u64::from(self.me),
+                    data,
                     self.peers[to as usize],
                     context(slot, SEND),
                 )
@@ -690,7 +1056,7 @@ impl OfiTransport {
                     iov_count: iov.len(),
                     addr: self.peers[to as usize],
                     context: context(slot, SEND),
-                    data: u64::from(self.me),
+                    data,
                 };
                 // SAFETY: as for `fi_senddata`, and the payload's bytes are kept alive,
                 // unchanged (a `Bytes` is immutable), by the clone in slab entry `slot`;
@@ -708,7 +1074,7 @@ impl OfiTransport {
         };
         if ret == 0 {
             self.in_flight_count += 1;
-            self.stats.sent += 1;
+            self.stats.sent += u64::from(carries != Carries::Done);
             return Ok(Posted::Yes);
         }
         let frame = self.in_flight[slot]
@@ -722,6 +1088,7 @@ impl OfiTransport {
             Ok(Posted::Again(frame))
         } else if is_peer_failure(code) {
             self.stats.send_errors += 1;
+            self.peer_failed(to);
             Ok(Posted::Dropped)
         } else {
             Err(call_error("fi_senddata/fi_sendmsg", code))
@@ -732,6 +1099,182 @@ impl OfiTransport {
     fn return_lent(&mut self) {
         if let Some(slot) = self.lent.take() {
             self.unposted.push(slot);
+        }
+        if let Some(buf) = self.lent_read.take() {
+            self.recycle(buf);
+        }
+    }
+
+    /// Keeps a read buffer for the next read, up to `recv_depth` of them.
+    fn recycle(&mut self, buf: Box<[u8]>) {
+        if self.read_spares.len() < self.recv_depth {
+            self.read_spares.push(buf);
+        }
+    }
+
+    /// Handles a control message of `len` bytes from `from` in receive buffer `slot`
+    /// (which goes back to be posted).
+    fn on_control(&mut self, slot: usize, from: Rank, len: usize) {
+        self.unposted.push(slot);
+        // Control messages are a few dozen bytes: decoding a copy frees the receive
+        // buffer's borrow for the calls below.
+        let message = self.recv_bufs[slot][..len].to_vec();
+        match rma::decode(&message) {
+            Err(e) => self.refuse_control(e),
+            Ok(Control::Done { id }) => match self.transfers.get(&id) {
+                None => self.refuse_control(ControlError::UnknownTransfer { id }),
+                Some(t) if t.to != from => self.refuse_control(ControlError::WrongPeer {
+                    id,
+                    offered_to: t.to,
+                    from,
+                }),
+                Some(_) => self.release_transfer(id, false),
+            },
+            Ok(Control::Offer(offer)) => self.start_read(from, &offer),
+        }
+    }
+
+    fn refuse_control(&mut self, error: ControlError) {
+        self.stats.bad_control += 1;
+        self.last_control_error = Some(error);
+    }
+
+    /// Starts reading `offer`'s payload from `from` into a frame behind its head.
+    fn start_read(&mut self, from: Rank, offer: &Offer<'_>) {
+        // `decode` checked that the sum fits.
+        let frame_len = offer.head.len() + offer.len as usize;
+        if frame_len > self.max_frame || offer.len as usize > self.max_msg {
+            // As a two-sided frame this long would have been.
+            self.stats.oversized += 1;
+            self.arrived.push_back(Arrival::Oversized {
+                from,
+                len: frame_len,
+            });
+            self.send_done(from, offer.id);
+            return;
+        }
+        if !self.rma_available {
+            self.stats.rma_lost_reads += 1;
+            self.send_done(from, offer.id);
+            return;
+        }
+        let mut buf = self
+            .read_spares
+            .pop()
+            .unwrap_or_else(|| vec![0u8; self.max_frame].into_boxed_slice());
+        buf[..offer.head.len()].copy_from_slice(offer.head);
+        let read = PendingRead {
+            from,
+            id: offer.id,
+            buf,
+            head_len: offer.head.len(),
+            frame_len,
+            addr: offer.addr,
+            key: offer.key,
+        };
+        let slot = match self.free_read_slots.pop() {
+            Some(slot) => {
+                self.reads[slot] = Some(read);
+                slot
+            }
+            None => {
+                self.reads.push(Some(read));
+                self.reads.len() - 1
+            }
+        };
+        self.post_read(slot);
+    }
+
+    /// Posts the read in `slot`; queues it for a retry if the provider refuses it for
+    /// now, and gives it up (a lost frame) on any other refusal.
+    fn post_read(&mut self, slot: usize) {
+        let Some(read) = self.reads.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let dest = &mut read.buf[read.head_len..read.frame_len];
+        // SAFETY: `ep` is our endpoint; `dest` is `frame_len - head_len` writable bytes
+        // of a boxed buffer owned by read slot `slot`, which is neither moved nor
+        // touched until the read's completion is read or the endpoint closes (Drop
+        // closes the endpoint before the slab is freed). No descriptor is needed (no
+        // FI_MR_LOCAL). A bad address or key from the peer fails the read at the
+        // provider, into an error completion.
+        let ret = unsafe {
+            sys::fi_read(
+                self.ep,
+                dest.as_mut_ptr().cast::<c_void>(),
+                dest.len(),
+                ptr::null_mut(),
+                self.peers[read.from as usize],
+                read.addr,
+                read.key,
+                context(slot, READ),
+            )
+        };
+        if ret == 0 {
+            return;
+        }
+        if error_code(ret) == sys::FI_EAGAIN as i32 {
+            self.stats.eagain_retries += 1;
+            self.reads_waiting.push_back(slot);
+        } else {
+            self.finish_read(slot, false);
+        }
+    }
+
+    /// Posts the reads the provider refused earlier, until it refuses one again.
+    fn retry_reads(&mut self) {
+        for _ in 0..self.reads_waiting.len() {
+            let Some(slot) = self.reads_waiting.pop_front() else {
+                return;
+            };
+            let before = self.reads_waiting.len();
+            self.post_read(slot);
+            if self.reads_waiting.len() > before {
+                return;
+            }
+        }
+    }
+
+    /// A read ended: delivers its frame if it succeeded, and tells the sender it may
+    /// release the payload either way.
+    fn finish_read(&mut self, slot: usize, ok: bool) {
+        let Some(read) = self.reads.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        self.free_read_slots.push(slot);
+        if ok {
+            self.stats.rma_reads += 1;
+            self.stats.rma_bytes_read += (read.frame_len - read.head_len) as u64;
+            self.arrived.push_back(Arrival::Read {
+                from: read.from,
+                buf: read.buf,
+                len: read.frame_len,
+            });
+        } else {
+            self.stats.rma_lost_reads += 1;
+            self.recycle(read.buf);
+        }
+        self.send_done(read.from, read.id);
+    }
+
+    /// Sends a done message for transfer `id` to `to`, without polling the CQ (this
+    /// runs while completions are handled): a refused one waits in the backlog.
+    fn send_done(&mut self, to: Rank, id: u64) {
+        let frame = Frame {
+            head: rma::encode_done(id),
+            payload: None,
+            carries: Carries::Done,
+        };
+        let queue = to as usize;
+        if !self.backlog[queue].is_empty() {
+            self.park(queue, frame, Instant::now());
+            return;
+        }
+        match self.post_send(to, frame) {
+            Ok(Posted::Again(frame)) => self.park(queue, frame, Instant::now()),
+            // Posted, dropped (the sender is dead), or refused for good: the sender's
+            // registration then waits for its own release rules.
+            Ok(Posted::Yes | Posted::Dropped) | Err(_) => {}
         }
     }
 
@@ -814,7 +1357,8 @@ impl OfiTransport {
         self.return_lent();
         self.post_receives()?;
         let millis = timeout.as_millis();
-        if !self.waitable || millis == 0 || self.backlog_count > 0 {
+        if !self.waitable || millis == 0 || self.backlog_count > 0 || !self.reads_waiting.is_empty()
+        {
             std::thread::sleep(timeout.min(PARKED_NAP));
             return Ok(());
         }
@@ -854,9 +1398,14 @@ impl OfiTransport {
             (slot, SEND) => {
                 self.finish_send(slot);
             }
+            (slot, READ) => self.finish_read(slot, true),
             (slot, RECV) if slot < self.recv_bufs.len() => {
-                let from = self.sender(entry.data);
+                let control = entry.data & CONTROL_FLAG != 0;
+                let from = self.sender(entry.data & !CONTROL_FLAG);
                 match from {
+                    Some(from) if control => {
+                        self.on_control(slot, from, entry.len.min(self.max_frame))
+                    }
                     Some(from) => self.arrived.push_back(Arrival::Frame {
                         slot,
                         from,
@@ -876,14 +1425,27 @@ impl OfiTransport {
     fn on_error_completion(&mut self, err: &sys::fi_cq_err_entry) {
         match key(err.op_context) {
             (slot, SEND) => {
+                let to = self
+                    .in_flight
+                    .get(slot)
+                    .and_then(Option::as_ref)
+                    .map(|s| s.to);
                 // An abandoned send was counted already.
                 let counted = self.finish_send(slot);
                 self.stats.send_errors += u64::from(counted);
+                if let Some(to) = to {
+                    self.peer_failed(to);
+                }
             }
+            (slot, READ) => self.finish_read(slot, false),
             (slot, RECV) if slot < self.recv_bufs.len() => {
                 self.unposted.push(slot);
                 if err.err != sys::FI_ETRUNC as i32 {
                     self.stats.recv_errors += 1;
+                    return;
+                }
+                if err.data & CONTROL_FLAG != 0 {
+                    self.refuse_control(ControlError::Oversized);
                     return;
                 }
                 match self.sender(err.data) {
@@ -924,10 +1486,26 @@ impl OfiTransport {
     /// (`tcp;ofi_rxm` may never complete a send whose connection broke). Their buffers
     /// stay until a completion comes or the endpoint closes.
     fn abandon_stalled_sends(&mut self) {
-        if self.in_flight_count == 0 || self.last_stall_scan.elapsed() < STALL_SCAN {
+        let idle =
+            self.in_flight_count == 0 && self.transfers_pending == 0 && self.retired.is_empty();
+        if idle || self.last_stall_scan.elapsed() < STALL_SCAN {
             return;
         }
         self.last_stall_scan = Instant::now();
+        for transfer in self.transfers.values_mut() {
+            if transfer.counted && transfer.offered.elapsed() >= self.stall_timeout {
+                transfer.counted = false;
+                self.transfers_pending -= 1;
+                self.stats.rma_abandoned += 1;
+            }
+        }
+        while self
+            .retired
+            .front()
+            .is_some_and(|(since, _)| since.elapsed() >= self.stall_timeout)
+        {
+            self.retired.pop_front();
+        }
         for send in self.in_flight.iter_mut().flatten() {
             if !send.abandoned && send.posted.elapsed() >= self.stall_timeout {
                 send.abandoned = true;
@@ -1150,6 +1728,10 @@ impl Drop for OfiTransport {
             if !self.ep.is_null() {
                 sys::fi_close(&raw mut (*self.ep).fid);
             }
+            // Registrations before the domain; their bytes are freed with the fields.
+            for (_, registration) in self.registrations.drain() {
+                sys::fi_close(&raw mut (*registration.mr).fid);
+            }
             if !self.cq.is_null() {
                 sys::fi_close(&raw mut (*self.cq).fid);
             }
@@ -1203,11 +1785,12 @@ fn configure_rxm_once() {
 }
 
 /// The first `fi_info` of `provider` (`name` for messages) for an RDM endpoint bound to
-/// `address` if one is given.
+/// `address` if one is given, with RMA reads of registered memory if `rma`.
 fn get_info(
     provider: &CStr,
     name: &str,
     address: Option<&CStr>,
+    rma: bool,
 ) -> Result<*mut sys::fi_info, OfiError> {
     configure_rxm_once();
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs
@@ -1219,6 +1802,9 @@ fn get_info(
             return Err(call_error("fi_allocinfo", sys::FI_ENOMEM as i32));
         }
         (*hints).caps = u64::from(sys::FI_MSG);
+        if rma {
+            (*hints).caps |= u64::from(sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ);
+        }
         // Contexts are keys, not fi_context structs: no FI_CONTEXT. Receives are always
         // posted, so FI_RX_CQ_DATA costs nothing.
         (*hints).mode = sys::FI_RX_CQ_DATA;
@@ -1226,8 +1812,18 @@ fn get_info(
         let domain = (*hints).domain_attr;
         (*domain).threading = sys::fi_threading_FI_THREAD_DOMAIN;
         (*domain).av_type = sys::fi_av_type_FI_AV_TABLE;
-        // No memory registration: buffers are plain heap memory.
-        (*domain).mr_mode = 0;
+        // Sends and receives use plain heap memory: no FI_MR_LOCAL (so no descriptors).
+        // For RMA the transport copes with these modes: remote addresses as virtual
+        // addresses, keys the provider picks, registrations of allocated memory only,
+        // registrations bound to the endpoint. Not FI_MR_RAW (keys wider than 64 bits).
+        (*domain).mr_mode = if rma {
+            (sys::FI_MR_VIRT_ADDR
+                | sys::FI_MR_PROV_KEY
+                | sys::FI_MR_ALLOCATED
+                | sys::FI_MR_ENDPOINT) as i32
+        } else {
+            0
+        };
         // The sender's rank travels as CQ data.
         (*domain).cq_data_size = 4;
         let prov_name = libc::strdup(provider.as_ptr());

@@ -73,6 +73,13 @@ struct Cli {
     /// `backend_ofi::DEFAULT_CHUNK_BYTES`.
     #[arg(long, env = CHUNK_VAR, value_parser = clap::value_parser!(u64).range(1..))]
     chunk_bytes: Option<u64>,
+    /// Move payloads of this many bytes and more by one-sided RMA reads (when the
+    /// provider offers FI_RMA); by default `backend_ofi::DEFAULT_RMA_THRESHOLD`.
+    #[arg(long, env = RMA_THRESHOLD_VAR, value_parser = clap::value_parser!(u64).range(1..))]
+    rma_threshold: Option<u64>,
+    /// Send every payload two-sided, never by RMA (for comparison runs).
+    #[arg(long, env = TWO_SIDED_VAR, conflicts_with = "rma_threshold")]
+    two_sided: bool,
     #[command(subcommand)]
     command: JobCommand,
 }
@@ -83,6 +90,8 @@ const SIZE_VAR: &str = "FTOFI_SIZE";
 const RENDEZVOUS_VAR: &str = "FTOFI_RENDEZVOUS";
 const ADDRESS_VAR: &str = "FTOFI_ADDRESS";
 const CHUNK_VAR: &str = "FTOFI_CHUNK_BYTES";
+const RMA_THRESHOLD_VAR: &str = "FTOFI_RMA_THRESHOLD";
+const TWO_SIDED_VAR: &str = "FTOFI_TWO_SIDED";
 
 /// Where launchers put a process's rank and the job's size, tried in this order:
 /// `ftofi`'s own, Open MPI's `mpiexec`, MPICH's Hydra (and other PMI launchers), Slurm.
@@ -142,6 +151,11 @@ fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), Failure> {
     config.address = cli.address.clone();
     if let Some(bytes) = cli.chunk_bytes {
         config = config.with_chunk_bytes(bytes as usize);
+    }
+    if cli.two_sided {
+        config.rma_threshold = None;
+    } else if let Some(bytes) = cli.rma_threshold {
+        config.rma_threshold = Some(bytes as usize);
     }
     let Finished { line, .. } = cli
         .command
