@@ -24,7 +24,7 @@ use std::fmt;
 
 /// Set in a message's CQ data (beside the sender's rank, below 2^31) when the message
 /// is a control message of this module rather than a protocol frame.
-pub(crate) const CONTROL_FLAG: u64 = 1 << 31;
+pub const CONTROL_FLAG: u64 = 1 << 31;
 
 const KIND_OFFER: u8 = 1;
 const KIND_DONE: u8 = 2;

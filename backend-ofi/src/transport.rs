@@ -17,9 +17,9 @@
 //!   broadcast chunk) is not copied: the head is boxed (a few dozen bytes) and the
 //!   payload, a shared slice of the broadcast's buffer, is posted in place with
 //!   `fi_sendmsg` and a two-entry iovec; a clone of it stays in the send slab until the
-//!   completion. No memory is registered (`mr_mode` 0, so no `FI_MR_LOCAL` descriptors
-//!   are needed). A provider whose `tx_attr.iov_limit` is below 2 gets one copied frame
-//!   instead, and [`Transport::copies_payload`] says so. (What the provider itself does
+//!   completion. Send and receive buffers are not registered (no `FI_MR_LOCAL`, so no
+//!   descriptors are needed). A provider whose `tx_attr.iov_limit` is below 2 gets one
+//!   copied frame instead, and [`Transport::copies_payload`] says so. (What the provider itself does
 //!   with the iovec is its business: `ofi_rxm` copies messages under its eager limit
 //!   into its own bounce buffers); A post refused with `-FI_EAGAIN` (the provider
 //!   is out of send slots, or still connecting, as `tcp;ofi_rxm` is until both sides
@@ -41,6 +41,29 @@
 //!   counted. Receive completions found while polling for send completions wait in a
 //!   queue, in completion order, for `try_recv`.
 //!
+//! - **RMA for bulk data** ([`crate::rma`]): a payload of at least
+//!   [`OfiConfig::rma_threshold`] bytes is not sent at all. It is registered
+//!   (`FI_REMOTE_READ`; one registration per payload slice, shared by every transfer of
+//!   the same bytes, as a relay forwards one chunk to each child) and the receiver gets
+//!   an offer (the head, address, length, key, transfer id) as a control message; it
+//!   reads the payload with `fi_read` into a buffer behind the head, delivers the frame
+//!   the sender meant, and answers done, whereupon the sender drops its `Bytes` clone
+//!   and closes the registration once no transfer uses it. The endpoint asks for
+//!   `FI_RMA` and copes with `FI_MR_VIRT_ADDR`, `FI_MR_PROV_KEY`, `FI_MR_ALLOCATED` and
+//!   `FI_MR_ENDPOINT`; a provider without `FI_RMA` is opened for messages only and
+//!   large payloads go two-sided (counted as fallbacks). A transfer is released
+//!   without its done message when its receiver is taken for dead: a send to it failed,
+//!   [`OfiTransport::forget_peer`] was called, or it stayed unanswered for the stall
+//!   timeout while that rank sent nothing. Its bytes then stay another stall timeout
+//!   (the provider may still have a reply from them queued). A transfer unanswered for
+//!   the stall timeout stops counting as pending. A read that fails (the sender died, or
+//!   its offer named memory it does not have) is a lost frame: the protocol repairs
+//!   it as it repairs frames of a dead rank. A malformed or stale control message is
+//!   refused with a [`ControlError`] and counted, never a panic or a transport error;
+//!   an offer longer than `max_frame` is reported as [`Received::Oversized`], as the
+//!   two-sided frame would have been. `tcp;ofi_rxm` (1.17) breaks the connection to a
+//!   peer whose read names a key it never registered;
+//!
 //! For `ofi_rxm` the transport turns off dynamic receive buffers
 //! (`FI_OFI_RXM_ENABLE_DYN_RBUF=0`, unless the environment sets it): with them, libfabric
 //! 1.17 reports a truncated message without its length or sender and breaks the
@@ -49,12 +72,19 @@
 //! Invariants:
 //!
 //! - every buffer handed to libfabric (a posted send or receive, a send's shared payload
-//!   through its `Bytes` clone) stays alive, unmoved (boxed, or shared and immutable),
-//!   until its completion is read or the endpoint is closed; `Drop` closes the endpoint
-//!   before any buffer is freed;
+//!   through its `Bytes` clone, a read's target buffer) stays alive, unmoved (boxed, or
+//!   shared and immutable), until its completion is read or the endpoint is closed;
+//!   `Drop` closes the endpoint, then the registrations, before any buffer is freed;
+//! - a registered payload stays alive and unchanged (a `Bytes` clone in its
+//!   registration) until its MR is closed, and the MR is closed only when no transfer
+//!   uses it (every receiver done or taken for dead) or at `Drop`;
 //! - an operation's context is not a pointer but a key, `(slot << 2) | kind`, the kind
-//!   saying send (slot in the send slab) or receive (slot in the receive pool), so a
-//!   completion finds its buffer without trusting memory libfabric hands back;
+//!   saying send (slot in the send slab), receive (slot in the receive pool) or RMA read
+//!   (slot in the read slab), so a completion finds its buffer without trusting memory
+//!   libfabric hands back;
+//! - control messages carry [`crate::rma::CONTROL_FLAG`] in their CQ data and never
+//!   reach the protocol; a frame delivered from an RMA read is byte for byte the frame
+//!   the sender's `send_parts` meant;
 //! - frames to one destination are posted in the order they were sent; whether they are
 //!   delivered in that order is the provider's business (`FI_ORDER_SAS` is not
 //!   requested), and receivers must not rely on it.
@@ -487,6 +517,8 @@ pub struct OfiTransport {
     transfers: HashMap<u64, Transfer>,
     /// Transfers counted as pending.
     transfers_pending: usize,
+    /// When each rank was last heard from (a message or a read completed).
+    last_heard: Vec<Instant>,
     /// Payloads whose receiver died, kept [`OfiConfig::stall_timeout`] after their
     /// registration closed (the provider may still have a reply from them queued).
     retired: VecDeque<(Instant, Bytes)>,
@@ -590,6 +622,7 @@ impl OfiTransport {
             registrations: HashMap::new(),
             transfers: HashMap::new(),
             transfers_pending: 0,
+            last_heard: vec![Instant::now(); config.size as usize],
             retired: VecDeque::new(),
             reads: Vec::new(),
             free_read_slots: Vec::new(),
@@ -676,6 +709,12 @@ impl OfiTransport {
     /// (configured, and the provider offers `FI_RMA`).
     pub fn uses_rma(&self) -> bool {
         self.rma_available && self.rma_threshold.is_some()
+    }
+
+    /// Transfers offered and not released yet (no done message from their receiver,
+    /// which was not found dead either).
+    pub fn rma_transfers_open(&self) -> usize {
+        self.transfers.len()
     }
 
     /// The last control message refused ([`OfiStats::bad_control`] counts them all).
@@ -1243,6 +1282,7 @@ impl OfiTransport {
         };
         self.free_read_slots.push(slot);
         if ok {
+            self.last_heard[read.from as usize] = Instant::now();
             self.stats.rma_reads += 1;
             self.stats.rma_bytes_read += (read.frame_len - read.head_len) as u64;
             self.arrived.push_back(Arrival::Read {
@@ -1325,7 +1365,9 @@ impl OfiTransport {
                 continue;
             }
             let code = error_code(ret);
-            if ret == 0 || code == sys::FI_EAGAIN as i32 {
+            // A peer's broken connection can surface here too (`tcp;ofi_rxm` progress
+            // serving an RMA read of a rank that died): a dead peer is never our error.
+            if ret == 0 || code == sys::FI_EAGAIN as i32 || is_peer_failure(code) {
                 return Ok(());
             }
             if code != sys::FI_EAVAIL as i32 {
@@ -1384,7 +1426,8 @@ impl OfiTransport {
         // Nothing came (EAGAIN, ETIMEDOUT), or a waker signalled the CQ (ECANCELED on
         // `sockets`).
         let woken_empty = [sys::FI_EAGAIN, sys::FI_ETIMEDOUT, sys::FI_ECANCELED];
-        if ret == 0 || woken_empty.iter().any(|&c| code == c as i32) {
+        if ret == 0 || woken_empty.iter().any(|&c| code == c as i32) || is_peer_failure(code) {
+            // (A peer failure: as in `poll_cq`.)
             Ok(())
         } else if code == sys::FI_EAVAIL as i32 {
             self.poll_cq()
@@ -1402,6 +1445,9 @@ impl OfiTransport {
             (slot, RECV) if slot < self.recv_bufs.len() => {
                 let control = entry.data & CONTROL_FLAG != 0;
                 let from = self.sender(entry.data & !CONTROL_FLAG);
+                if let Some(from) = from {
+                    self.last_heard[from as usize] = Instant::now();
+                }
                 match from {
                     Some(from) if control => {
                         self.on_control(slot, from, entry.len.min(self.max_frame))
@@ -1492,12 +1538,27 @@ impl OfiTransport {
             return;
         }
         self.last_stall_scan = Instant::now();
+        let mut silent = Vec::new();
         for transfer in self.transfers.values_mut() {
-            if transfer.counted && transfer.offered.elapsed() >= self.stall_timeout {
+            if transfer.offered.elapsed() < self.stall_timeout {
+                continue;
+            }
+            if transfer.counted {
                 transfer.counted = false;
                 self.transfers_pending -= 1;
                 self.stats.rma_abandoned += 1;
             }
+            if self.last_heard[transfer.to as usize].elapsed() >= self.stall_timeout {
+                silent.push(transfer.to);
+            }
+        }
+        // Unanswered for the stall timeout by a peer that sent nothing in that time:
+        // taken for dead (a live reader answers, and the protocol's own traffic shows
+        // it alive).
+        silent.sort_unstable();
+        silent.dedup();
+        for rank in silent {
+            self.forget_peer(rank);
         }
         while self
             .retired
@@ -1968,5 +2029,178 @@ fn call_error(call: &'static str, code: i32) -> OfiError {
         call,
         code,
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A peer that sends malformed or stale control messages: each is refused with its
+    //! typed error and counted, an offer the reader cannot serve is a lost (or
+    //! oversized) frame, and the transport goes on delivering frames, RMA ones too.
+    //! Two transports on `tcp;ofi_rxm` over loopback, one per thread.
+
+    use super::*;
+
+    /// How long either side waits for the other before the test fails.
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// Rank 0 and rank 1 of a fresh job, each running `body` on its own thread.
+    fn pair<R: Send>(test: &str, body: impl Fn(OfiTransport) -> R + Sync) -> Vec<R> {
+        let dir = std::env::temp_dir().join(format!("ofi-unit-{test}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let results = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..2)
+                .map(|rank| {
+                    let mut config = OfiConfig::new(2, rank, &dir);
+                    config.address = Some("127.0.0.1".into());
+                    let body = &body;
+                    scope.spawn(move || body(OfiTransport::open(config).expect("open")))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a rank panicked"))
+                .collect()
+        });
+        let _ = fs::remove_dir_all(&dir);
+        results
+    }
+
+    /// Progresses `t` until `done` holds, keeping every frame received in `frames` (an
+    /// oversized one as its length's bytes).
+    fn drive_until(
+        t: &mut OfiTransport,
+        what: &str,
+        frames: &mut Vec<Vec<u8>>,
+        mut done: impl FnMut(&OfiTransport, &[Vec<u8>]) -> bool,
+    ) {
+        let start = Instant::now();
+        while !done(t, frames) {
+            assert!(
+                start.elapsed() < LIMIT,
+                "rank {}: no {what}; {:?}, last control error {:?}",
+                t.rank(),
+                t.stats(),
+                t.last_control_error()
+            );
+            t.progress().expect("progress");
+            while let Some(got) = t.try_recv().expect("try_recv") {
+                frames.push(match got {
+                    Received::Frame { bytes, .. } => bytes.to_vec(),
+                    Received::Oversized { len, .. } => len.to_le_bytes().to_vec(),
+                });
+            }
+        }
+    }
+
+    /// Sends `bytes` as a control message, as a misbehaving peer would.
+    fn send_raw_control(t: &mut OfiTransport, to: Rank, bytes: &[u8]) {
+        let frame = Frame {
+            head: bytes.into(),
+            payload: None,
+            carries: Carries::Done,
+        };
+        t.start(to, frame).expect("send");
+    }
+
+    #[test]
+    fn bad_control_messages_are_typed_errors_and_the_transport_goes_on() {
+        let payload = Bytes::from((0..200_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        let mut done_with_extra = rma::encode_done(1).into_vec();
+        done_with_extra.push(0);
+        let bogus_key = rma::encode_offer(&Offer {
+            id: 999,
+            addr: 0x1000,
+            len: 100_000,
+            key: 0xdead_beef,
+            head: b"h",
+        });
+        let too_long = rma::encode_offer(&Offer {
+            id: 998,
+            addr: 0,
+            len: 1 << 40,
+            key: 1,
+            head: b"h",
+        });
+        // What rank 0 sends, and the error rank 1 must report for each.
+        let malformed: Vec<(Vec<u8>, ControlError)> = vec![
+            (vec![], ControlError::Empty),
+            (vec![7, 0, 0], ControlError::UnknownKind { kind: 7 }),
+            (
+                vec![1, 0, 0, 0, 0],
+                ControlError::Truncated { len: 5, need: 33 },
+            ),
+            (
+                rma::encode_done(42).into_vec(),
+                ControlError::UnknownTransfer { id: 42 },
+            ),
+            (done_with_extra, ControlError::TrailingBytes { len: 10 }),
+        ];
+        let finished = std::sync::atomic::AtomicBool::new(false);
+        pair("badctl", |mut t| {
+            let me = t.rank();
+            let mut frames: Vec<Vec<u8>> = Vec::new();
+            if me == 0 {
+                assert!(t.uses_rma(), "tcp;ofi_rxm offers FI_RMA");
+                for (step, (bytes, _)) in malformed.iter().enumerate() {
+                    send_raw_control(&mut t, 1, bytes);
+                    drive_until(&mut t, "go-ahead", &mut frames, |_, frames| {
+                        frames.len() > step
+                    });
+                }
+                send_raw_control(&mut t, 1, &too_long);
+                // Rank 1 answers with a done message for an id never offered.
+                drive_until(&mut t, "a stale done", &mut frames, |t, _| {
+                    t.stats().bad_control == 1
+                });
+                assert_eq!(
+                    t.last_control_error(),
+                    Some(&ControlError::UnknownTransfer { id: 998 })
+                );
+                // A real RMA frame still goes through, and its done message comes back.
+                t.send_parts(1, b"head", &payload).expect("send_parts");
+                assert_eq!(t.rma_transfers_open(), 1);
+                drive_until(&mut t, "the done message", &mut frames, |t, _| {
+                    t.rma_transfers_open() == 0 && t.pending_sends() == 0
+                });
+                assert_eq!(t.stats().rma_offered, 1);
+                // Last, an offer with a key this rank never registered: `tcp;ofi_rxm`
+                // (1.17) answers the read with an error and breaks the connection.
+                send_raw_control(&mut t, 1, &bogus_key);
+                drive_until(&mut t, "the end", &mut frames, |_, _| {
+                    finished.load(std::sync::atomic::Ordering::SeqCst)
+                });
+            } else {
+                for (step, (_, error)) in malformed.iter().enumerate() {
+                    drive_until(&mut t, "a bad control message", &mut frames, |t, _| {
+                        t.stats().bad_control > step as u64
+                    });
+                    assert_eq!(t.last_control_error(), Some(error), "step {step}");
+                    t.send(0, b"next").expect("send");
+                }
+                // The oversized offer is reported as a two-sided frame this long would
+                // have been.
+                drive_until(&mut t, "the oversized offer", &mut frames, |_, frames| {
+                    !frames.is_empty()
+                });
+                assert_eq!(frames, vec![((1usize << 40) + 1).to_le_bytes().to_vec()]);
+                assert_eq!(t.stats().oversized, 1);
+                frames.clear();
+                drive_until(&mut t, "the RMA frame", &mut frames, |_, frames| {
+                    !frames.is_empty()
+                });
+                assert_eq!(&frames[0][..4], b"head");
+                assert_eq!(&frames[0][4..], &payload[..]);
+                let stats = t.stats();
+                assert_eq!((stats.rma_reads, stats.rma_bytes_read), (1, 200_000));
+                assert_eq!(stats.bad_control, malformed.len() as u64);
+                // The read behind the bogus key fails: a lost frame, not an error.
+                drive_until(&mut t, "the failed read", &mut frames, |t, _| {
+                    t.stats().rma_lost_reads == 1
+                });
+                assert_eq!(frames.len(), 1, "the failed read delivered nothing");
+                finished.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
     }
 }
