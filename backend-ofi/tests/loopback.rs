@@ -732,3 +732,77 @@ fn a_4_mib_broadcast_through_library_built_transports() {
         );
     }
 }
+
+/// Which providers move large payloads by RMA here: each opens a one-rank job and says
+/// whether it took `FI_RMA` (an endpoint that has not is opened for messages only). On
+/// the two providers the other tests use, a 3-rank group also sends one payload from
+/// rank 0 to ranks 1 and 2: both read it by RMA from one shared registration, and the
+/// forced two-sided configuration offers nothing.
+#[test]
+fn providers_with_fi_rma_move_large_payloads_by_rma() {
+    for provider in ["tcp;ofi_rxm", "sockets", "udp;ofi_rxd", "shm"] {
+        let rendezvous = Rendezvous::new("rma-caps");
+        let mut config = OfiConfig::new(1, 0, rendezvous.path());
+        config.provider = provider.to_owned();
+        match OfiTransport::open(config) {
+            Ok(t) => eprintln!("{provider}: opens, RMA {}", t.uses_rma()),
+            Err(e) => eprintln!("{provider}: does not open here: {e}"),
+        }
+    }
+    const N: u32 = 3;
+    let payload = Bytes::from(frame(0, 1, 7, 200_000));
+    for provider in ["tcp;ofi_rxm", "sockets"] {
+        for two_sided in [false, true] {
+            let got = group(
+                "rma-share",
+                N,
+                provider,
+                |config| {
+                    if two_sided {
+                        config.rma_threshold = None;
+                    }
+                },
+                |mut t| {
+                    let me = t.rank();
+                    assert!(t.uses_rma() != two_sided, "{provider}");
+                    if me == 0 {
+                        for to in 1..N {
+                            t.send_parts(to, &payload[..12], &payload.slice(12..))
+                                .expect("send_parts");
+                        }
+                    }
+                    // The root is done when both receivers said done (nothing pending).
+                    let mut frames = Vec::new();
+                    drive(&mut t, "the payload", |t, inbox| {
+                        frames.append(inbox);
+                        (me == 0 || !frames.is_empty()) && t.pending_sends() == 0
+                    });
+                    // Serve the others' reads a little longer.
+                    let linger = Instant::now();
+                    drive(&mut t, "linger", |_, _| {
+                        linger.elapsed() > Duration::from_millis(300)
+                    });
+                    if me != 0 {
+                        assert_eq!(frames.len(), 1);
+                        assert_eq!(frames[0].1, &payload[..], "rank {me}: payload differs");
+                    }
+                    t.stats()
+                },
+            );
+            let root = got[0];
+            eprintln!("{provider}, two-sided {two_sided}: root {root:?}");
+            if two_sided {
+                assert_eq!(root.rma_offered, 0);
+            } else {
+                assert_eq!(root.rma_offered, 2);
+                assert_eq!(
+                    root.rma_registrations_reused, 1,
+                    "one registration, two reads"
+                );
+                for stats in &got[1..] {
+                    assert_eq!((stats.rma_reads, stats.rma_bytes_read), (1, 200_000 - 12));
+                }
+            }
+        }
+    }
+}
