@@ -53,7 +53,7 @@
 //!   `FI_MR_ENDPOINT`; a provider without `FI_RMA` is opened for messages only and
 //!   large payloads go two-sided (counted as fallbacks). A transfer is released
 //!   without its done message when its receiver is taken for dead: a send to it failed,
-//!   [`OfiTransport::forget_peer`] was called, or it stayed unanswered for the stall
+//!   [`Transport::forget_peer`] told it the peer is dead (the driver does, for every death its stack learns), or it stayed unanswered for the stall
 //!   timeout while that rank sent nothing. Its bytes then stay another stall timeout
 //!   (the provider may still have a reply from them queued). A transfer unanswered for
 //!   the stall timeout stops counting as pending. A read that fails (the sender died, or
@@ -725,7 +725,7 @@ impl OfiTransport {
     /// Releases every transfer offered to `rank` that it has not said it is done with:
     /// for a peer the caller knows is dead (the transport finds out by itself when a
     /// send to it fails). Their registrations close once no other transfer uses them.
-    pub fn forget_peer(&mut self, rank: Rank) {
+    pub fn release_transfers_to(&mut self, rank: Rank) {
         let ids: Vec<u64> = self
             .transfers
             .iter()
@@ -904,7 +904,7 @@ impl OfiTransport {
     /// transfers offered to it.
     fn peer_failed(&mut self, rank: Rank) {
         if !self.transfers.is_empty() {
-            self.forget_peer(rank);
+            self.release_transfers_to(rank);
         }
     }
 
@@ -1558,7 +1558,7 @@ impl OfiTransport {
         silent.sort_unstable();
         silent.dedup();
         for rank in silent {
-            self.forget_peer(rank);
+            self.release_transfers_to(rank);
         }
         while self
             .retired
@@ -1717,6 +1717,9 @@ impl Transport for OfiTransport {
     }
     fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), OfiError> {
         OfiTransport::send_parts(self, to, head, payload)
+    }
+    fn forget_peer(&mut self, rank: Rank) {
+        self.release_transfers_to(rank);
     }
     fn copies_payload(&self) -> bool {
         self.iov_limit < 2

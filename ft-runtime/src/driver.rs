@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
+use ft_core::node::NodeEvent;
 use ft_core::{wire, Instant, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
@@ -117,6 +118,9 @@ pub struct Driver<P: Protocol, T: Transport> {
     last_tick: WallInstant,
     /// Idle rounds spent spinning: every [`YIELD_EVERY`]th yields the CPU.
     spin_rounds: u32,
+    /// The dead rank an event of the machine names, if it names one: each is passed to
+    /// [`Transport::forget_peer`] ([`Driver::for_stack`] sets it).
+    death_of: fn(&P::Event) -> Option<Rank>,
 }
 
 impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
@@ -148,6 +152,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             last_activity: origin,
             last_tick: origin,
             spin_rounds: 0,
+            death_of: |_| None,
         }
     }
 
@@ -374,6 +379,9 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             }
         }
         while let Some(event) = self.machine.poll_event() {
+            if let Some(dead) = (self.death_of)(&event) {
+                self.transport.forget_peer(dead);
+            }
             self.events.push_back((now, event));
         }
         Ok(())
@@ -382,10 +390,18 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
 
 impl<T: Transport> Driver<RankStack, T> {
     /// Drives a [`RankStack`] over `transport` ([`Driver::new`]), its broadcast chunks
-    /// sized for the transport ([`Transport::chunk_bytes`]).
+    /// sized for the transport ([`Transport::chunk_bytes`]), and the transport told of
+    /// every death the stack learns ([`Transport::forget_peer`]: a declaration by this
+    /// rank's detector or a notice from another rank).
     pub fn for_stack(mut stack: RankStack, transport: T, origin: WallInstant) -> Self {
         stack.set_chunk_bytes(transport.chunk_bytes());
-        Driver::new(stack, transport, origin)
+        let mut driver = Driver::new(stack, transport, origin);
+        driver.death_of = |event| match *event {
+            StackEvent::Node(NodeEvent::Suspected { rank })
+            | StackEvent::Node(NodeEvent::Learned { rank, .. }) => Some(rank),
+            _ => None,
+        };
+        driver
     }
 }
 

@@ -66,6 +66,12 @@ pub trait Transport {
     fn chunk_bytes(&self) -> usize {
         wire::MAX_CHUNK
     }
+    /// The stack learned that `rank` is dead: drop whatever is kept for it (pending
+    /// sends, one-sided transfers it would have read). Called once per death by a
+    /// driver built with [`crate::Driver::for_stack`]. Default: nothing is kept.
+    fn forget_peer(&mut self, rank: Rank) {
+        let _ = rank;
+    }
     /// Receives one frame if one has arrived.
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error>;
     /// Completes finished sends (freeing their buffers).
