@@ -996,8 +996,22 @@ fn without_the_fallback_rule_agreement_breaks() {
     run_counting(fixed);
 }
 
-/// A sweep frame of epoch `epoch` from `sender`: `round`, and in sweep 1 a union.
+/// A sweep frame of epoch `epoch` from `sender`: `round`, and in sweep 1 an empty
+/// exclusion and a union.
 fn sweep_frame(epoch: u32, sender: Rank, round: u64, union: Option<&RankSet>) -> Vec<u8> {
+    let excluded = union.map(|u| RankSet::new(u.universe()));
+    sweep_frame_excluding(epoch, sender, round, excluded.as_ref(), union)
+}
+
+/// A sweep frame of epoch `epoch` from `sender`: in sweep 1 (`union` given) `round`, the
+/// sender's exclusion and its union; in sweep 2 `round` (sent as `round + 1`).
+fn sweep_frame_excluding(
+    epoch: u32,
+    sender: Rank,
+    round: u64,
+    excluded: Option<&RankSet>,
+    union: Option<&RankSet>,
+) -> Vec<u8> {
     let kind = match union {
         Some(_) => FrameKind::AgreeSweep,
         None => FrameKind::AgreeSweepDone,
@@ -1009,9 +1023,15 @@ fn sweep_frame(epoch: u32, sender: Rank, round: u64, union: Option<&RankSet>) ->
         sender,
     }
     .start();
-    w.put_varint(round);
-    if let Some(u) = union {
-        w.put_rankset(u);
+    match (excluded, union) {
+        (Some(x), Some(u)) => {
+            w.put_varint(round);
+            w.put_rankset(x);
+            w.put_rankset(u);
+        }
+        _ => {
+            w.put_varint(round.saturating_add(1));
+        }
     }
     w.finish()
 }

@@ -22,14 +22,26 @@ pub(super) struct Instance {
     /// (correct peers never propose less; forged frames cannot make `G` shrink).
     pub(super) base: RankSet,
     pub(super) contribution: RankSet,
-    /// The epoch's participants `C \ base`, numbered in rank order.
-    pub(super) participants: Survivors,
-    /// Rounds per fast-path sweep (0 when the epoch runs the tree path: too many
-    /// participants, see [`Config::sweep_limit`]).
+    /// `X`: the participants (ranks outside `base`) this rank held dead at its call.
+    /// Its sweeps run over `C \ (base ∪ X)` and its sweep-1 frames carry `X`; shared
+    /// with those frames.
+    pub(super) excluded: Arc<RankSet>,
+    /// This rank's sweep participants `C \ (base ∪ X)`, numbered in rank order.
+    pub(super) sweepers: Survivors,
+    /// Whether round 0 is the fast path (false: the tree path, too many participants,
+    /// see [`Config::sweep_limit`]).
+    pub(super) sweeping: bool,
+    /// Rounds per fast-path sweep (0 on the tree path).
     pub(super) sweep_rounds: u32,
     /// The fast path, while this rank still takes part in it: dropped for good when the
-    /// rank learns a death, promises a ballot ≥ 1, or decides.
+    /// rank learns a death, promises a ballot ≥ 1, decides, or hears a sweep frame of
+    /// another exclusion.
     pub(super) fast: Option<Box<Sweeps>>,
+    /// This rank heard a sweep frame of another exclusion: views differ, no sweep can
+    /// finish, and the coordinator must hear of it ([`Msg::SweepLeft`]).
+    pub(super) views_differ: bool,
+    /// The coordinator last told so.
+    pub(super) told: Option<Rank>,
     pub(super) promised: Ballot,
     pub(super) accepted: Option<(Ballot, RankSet)>,
     pub(super) round: Option<Box<Round>>,
@@ -82,6 +94,12 @@ impl Instance {
         let participants = Survivors::new(&base);
         let m = participants.len();
         let c0 = participants.old_rank(0).unwrap_or(me);
+        // The deaths known here at the call, beyond `base`: this rank's sweeps skip them.
+        let mut excluded = io.dead.clone();
+        excluded.difference_with(&base);
+        let mut gone = excluded.clone();
+        gone.union_with(&base);
+        let sweepers = Survivors::new(&gone);
         let ballot = Ballot {
             round: 0,
             coord: c0,
@@ -93,11 +111,11 @@ impl Instance {
             let round = Round::new(n, me, ballot, Tree::new(&base), Arc::new(base.clone()));
             ((c0 == me).then_some(ballot), Some(Box::new(round)))
         };
-        // A participant already known dead cannot sweep: go straight to the rounds.
-        let participant_dead = io.dead.difference(&base).next().is_some();
-        let fast = match participants.new_rank(me) {
-            Some(i) if sweeping && !participant_dead => {
-                Some(Box::new(Sweeps::new(i, m, contribution.clone())))
+        let fast = match sweepers.new_rank(me) {
+            Some(i) if sweeping => {
+                let mut start = contribution.clone();
+                start.union_with(&excluded);
+                Some(Box::new(Sweeps::new(i, sweepers.len(), start)))
             }
             _ => None,
         };
@@ -105,9 +123,17 @@ impl Instance {
             epoch,
             base,
             contribution,
-            participants,
-            sweep_rounds: if sweeping { sweep::rounds_for(m) } else { 0 },
+            sweeping,
+            sweep_rounds: if sweeping {
+                sweep::rounds_for(sweepers.len())
+            } else {
+                0
+            },
+            excluded: Arc::new(excluded),
+            sweepers,
             fast,
+            views_differ: false,
+            told: None,
             promised: ballot,
             accepted: None,
             round,
@@ -130,7 +156,7 @@ impl Instance {
             let Some(fast) = self.fast.as_mut() else {
                 return;
             };
-            match fast.advance(io, &self.participants, self.epoch) {
+            match fast.advance(io, &self.sweepers, &self.excluded, self.epoch) {
                 Progress::Waiting => return,
                 Progress::FirstDone => {
                     let mut value = fast.union().clone();
@@ -182,6 +208,11 @@ impl Instance {
                     return Err(FrameError::Malformed("prepare not from a tree ancestor"));
                 }
                 self.max_round = self.max_round.max(ballot.round);
+                if io.dead.contains(ballot.coord) {
+                    // A ballot whose coordinator is dead can never be decided; promising
+                    // it would only take this rank off the fast path for nothing.
+                    return Ok(());
+                }
                 if ballot < self.promised {
                     let report = Arc::new(Report::rejection(io.cfg.n, self.promised));
                     io.send(from, self.epoch, Msg::Promise { ballot, report });
@@ -207,6 +238,9 @@ impl Instance {
                 self.maybe_finish_gather(io);
             }
             Msg::Accept { ballot, value } => {
+                if io.dead.contains(ballot.coord) {
+                    return Ok(()); // see the prepare: its prepare may have been ignored
+                }
                 if ballot < self.promised {
                     let msg = Msg::Accepted {
                         ballot,
@@ -242,18 +276,46 @@ impl Instance {
                 }
                 self.maybe_finish_gather(io);
             }
-            Msg::Sweep { round, union } => {
-                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
+            Msg::Sweep {
+                round,
+                excluded,
+                union,
+            } => {
+                let same = *self.excluded == excluded;
+                if same || self.sweep_rounds == 0 {
+                    sweep::check_sender(&self.sweepers, self.sweep_rounds, me, from, round)?;
+                } else {
+                    sweep::check_foreign(&self.base, &excluded, me, from, round)?;
+                    // The mutation counts a frame of another exclusion whenever its
+                    // sender happens to be this rank's own peer for that round.
+                    let counted = io.cfg.drop_exclusion_check
+                        && sweep::check_sender(&self.sweepers, self.sweep_rounds, me, from, round)
+                            .is_ok();
+                    if !counted {
+                        self.fast = None;
+                        self.views_differ = true;
+                        return Ok(());
+                    }
+                }
                 if let Some(fast) = self.fast.as_mut() {
                     fast.hear_first(round, &union);
                     self.advance_sweeps(io);
                 }
             }
             Msg::SweepDone { round } => {
-                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
+                sweep::check_sender(&self.sweepers, self.sweep_rounds, me, from, round)?;
                 if let Some(fast) = self.fast.as_mut() {
                     fast.hear_second(round);
                     self.advance_sweeps(io);
+                }
+            }
+            Msg::SweepLeft => {
+                if !self.sweeping {
+                    return Err(FrameError::Malformed("fast-path notice on the tree path"));
+                }
+                // Only the coordinator acts: it leaves and starts ballot 1 (`drive`).
+                if io.coordinator() == Some(me) {
+                    self.fast = None;
                 }
             }
             Msg::Decide {
@@ -432,6 +494,16 @@ impl Instance {
     /// The coordinator's duties: (re)start rounds until decided, then repair decision
     /// broadcasts cut by failures.
     pub(super) fn drive(&mut self, io: &mut Io<'_>) {
+        if self.views_differ && self.decided.is_none() {
+            // Tell the coordinator, and again each time another rank becomes it: it may
+            // still wait on a sweep that cannot finish.
+            if let Some(c) = io.coordinator().filter(|&c| c != io.cfg.me) {
+                if self.told != Some(c) {
+                    self.told = Some(c);
+                    io.send(c, self.epoch, Msg::SweepLeft);
+                }
+            }
+        }
         if io.coordinator() != Some(io.cfg.me) {
             return;
         }
@@ -446,7 +518,10 @@ impl Instance {
                     let tree = Tree::new(w);
                     io.dead.difference(w).any(|r| tree.is_inner(r))
                 }
-                Some(Wave::Sweeps) => io.dead.difference(&self.base).next().is_some(),
+                Some(Wave::Sweeps) => io
+                    .dead
+                    .difference(&self.base)
+                    .any(|r| !self.excluded.contains(r)),
             };
             if cut {
                 let value = value.clone();

@@ -253,6 +253,10 @@ pub struct Config {
     /// Mutation switch for tests: promises hide a finished sweep 1, so the fallback may
     /// propose another value than a fast decision. Breaks agreement; never set it.
     pub(crate) drop_fast_rule: bool,
+    /// Mutation switch for tests: a sweep-1 frame counts even when its exclusion differs
+    /// from this rank's, if its sender is this rank's peer for that round. Breaks
+    /// agreement; never set it.
+    pub(crate) drop_exclusion_check: bool,
 }
 
 impl Config {
@@ -270,6 +274,7 @@ impl Config {
             max_buffered: 64 + 16 * (32 - n.leading_zeros() as usize),
             sweep_limit: DEFAULT_SWEEP_LIMIT,
             drop_fast_rule: false,
+            drop_exclusion_check: false,
         }
     }
 
@@ -279,6 +284,15 @@ impl Config {
     #[doc(hidden)]
     pub fn mutation_without_fast_path_rule(mut self) -> Self {
         self.drop_fast_rule = true;
+        self
+    }
+
+    /// This configuration with the exclusion check of the sweeps removed (a sweep-1
+    /// frame of another view counts when its sender is this rank's peer for the round).
+    /// For the mutation test that shows the check is needed: agreement breaks without it.
+    #[doc(hidden)]
+    pub fn mutation_without_exclusion_check(mut self) -> Self {
+        self.drop_exclusion_check = true;
         self
     }
 }

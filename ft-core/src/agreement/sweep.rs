@@ -72,6 +72,36 @@ pub(super) fn check_sender(
     Ok(())
 }
 
+/// Checks a sweep-1 frame of another exclusion than this rank's (`excluded`, the
+/// sender's view at its call) against the sweep it belongs to: the sender is outside
+/// `excluded`, `excluded` holds no rank of `base` (the previous agreed set), and the
+/// round and the sender fit that sweep's layout (when it includes `me`).
+pub(super) fn check_foreign(
+    base: &RankSet,
+    excluded: &RankSet,
+    me: Rank,
+    from: Rank,
+    round: u32,
+) -> Result<(), FrameError> {
+    if excluded.contains(from) {
+        return Err(FrameError::Malformed("sweep frame excludes its sender"));
+    }
+    if excluded.iter().any(|r| base.contains(r)) {
+        return Err(FrameError::Malformed("sweep exclusion holds an agreed-dead rank"));
+    }
+    let mut gone = excluded.clone();
+    gone.union_with(base);
+    let theirs = Survivors::new(&gone);
+    let rounds = rounds_for(theirs.len());
+    if theirs.contains(me) {
+        check_sender(&theirs, rounds, me, from, round)
+    } else if round >= rounds {
+        Err(FrameError::BadSweepRound { round, rounds })
+    } else {
+        Ok(()) // the sender holds this rank dead (false suspicion): not a peer error
+    }
+}
+
 /// What [`Sweeps::advance`] reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Progress {
@@ -145,6 +175,7 @@ impl Sweeps {
         &mut self,
         io: &mut Io<'_>,
         participants: &Survivors,
+        excluded: &Arc<RankSet>,
         epoch: u32,
     ) -> Progress {
         loop {
@@ -158,6 +189,7 @@ impl Sweeps {
                 } else {
                     Msg::Sweep {
                         round: k,
+                        excluded: Arc::clone(excluded),
                         union: Arc::clone(&self.union),
                     }
                 };
