@@ -218,6 +218,7 @@ mod tests;
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -391,6 +392,9 @@ pub struct Agreement {
     excluded: bool,
     sent: u64,
     lowest_live: Rank,
+    /// The empty set of this communicator, shared by the sweep frames of every epoch
+    /// whose exclusion is empty (no allocation per call).
+    empty: Arc<RankSet>,
 }
 
 impl Agreement {
@@ -398,6 +402,7 @@ impl Agreement {
     pub fn new(cfg: Config) -> Self {
         Agreement {
             dead: RankSet::new(cfg.n),
+            empty: Arc::new(RankSet::new(cfg.n)),
             cfg,
             cur: None,
             prev: None,
@@ -529,6 +534,7 @@ impl Agreement {
             out: &mut self.out,
             sent: &mut self.sent,
             lowest_live: self.lowest_live,
+            empty: &self.empty,
         };
         (io, [self.cur.as_deref_mut(), self.prev.as_deref_mut()])
     }

@@ -87,7 +87,9 @@ pub(super) fn check_foreign(
         return Err(FrameError::Malformed("sweep frame excludes its sender"));
     }
     if excluded.iter().any(|r| base.contains(r)) {
-        return Err(FrameError::Malformed("sweep exclusion holds an agreed-dead rank"));
+        return Err(FrameError::Malformed(
+            "sweep exclusion holds an agreed-dead rank",
+        ));
     }
     let mut gone = excluded.clone();
     gone.union_with(base);
@@ -99,6 +101,65 @@ pub(super) fn check_foreign(
         Err(FrameError::BadSweepRound { round, rounds })
     } else {
         Ok(()) // the sender holds this rank dead (false suspicion): not a peer error
+    }
+}
+
+/// One rank's layout of round 0's fast path in one epoch, fixed at its call.
+#[derive(Clone, Debug)]
+pub(super) struct FastPath {
+    /// The sweeps, while this rank still takes part in them: dropped for good when the
+    /// rank learns a death, promises a ballot ≥ 1, decides, or hears a sweep frame of
+    /// another exclusion.
+    pub(super) fast: Option<Sweeps>,
+    /// `X`: the participants (ranks outside `G_{e-1}`) this rank held dead at its call.
+    /// Its sweep-1 frames carry it (shared with them).
+    pub(super) excluded: Arc<RankSet>,
+    /// The sweep's participants `C \ (G_{e-1} ∪ X)`, numbered in rank order.
+    pub(super) sweepers: Survivors,
+    /// Rounds per sweep, `⌈log2 |sweepers|⌉`.
+    pub(super) rounds: u32,
+    /// This rank heard a sweep-1 frame of another exclusion: views differ, so neither
+    /// sweep can finish, and the coordinator must hear of it ([`Msg::SweepLeft`]).
+    pub(super) views_differ: bool,
+    /// The coordinator last told so.
+    pub(super) told: Option<Rank>,
+}
+
+impl FastPath {
+    /// Rank `me`'s sweeps over the ranks outside `base ∪ excluded`, starting from
+    /// `contribution ∪ excluded`; `empty` is shared when `excluded` is empty.
+    pub(super) fn new(
+        me: Rank,
+        base: &RankSet,
+        excluded: RankSet,
+        contribution: &RankSet,
+        empty: &Arc<RankSet>,
+    ) -> Self {
+        let (sweepers, excluded) = if excluded.is_empty() {
+            (Survivors::new(base), Arc::clone(empty))
+        } else {
+            let mut gone = excluded.clone();
+            gone.union_with(base);
+            (Survivors::new(&gone), Arc::new(excluded))
+        };
+        let fast = sweepers.new_rank(me).map(|i| {
+            let mut start = contribution.clone();
+            start.union_with(&excluded);
+            Sweeps::new(i, sweepers.len(), start)
+        });
+        FastPath {
+            fast,
+            rounds: rounds_for(sweepers.len()),
+            excluded,
+            sweepers,
+            views_differ: false,
+            told: None,
+        }
+    }
+
+    /// [`check_sender`] for a frame of this rank's own sweep.
+    pub(super) fn check_sender(&self, me: Rank, from: Rank, round: u32) -> Result<(), FrameError> {
+        check_sender(&self.sweepers, self.rounds, me, from, round)
     }
 }
 
