@@ -1,9 +1,10 @@
 //! The failure-free fast path: two dissemination sweeps over the epoch's participants.
 //!
-//! The participants of epoch `e` are `C \ G_{e-1}`, numbered `0..m` in rank order
-//! ([`Survivors`]). A sweep has `K = ⌈log2 m⌉` rounds; in round `k` participant `i`
-//! sends to `i + 2^k` and waits for `i - 2^k` (mod `m`), and it sends round `k + 1`
-//! only once it heard round `k`. For every pair `j ≠ i` the distance
+//! A rank sweeps over the participants of epoch `e`, `C \ G_{e-1}`, minus the deaths it
+//! knew at its call (`X`, carried by every sweep-1 frame: see [`FastPath`]), numbered
+//! `0..m` in rank order ([`Survivors`]). A sweep has `K = ⌈log2 m⌉` rounds; in round
+//! `k` participant `i` sends to `i + 2^k` and waits for `i - 2^k` (mod `m`), and it sends
+//! round `k + 1` only once it heard round `k`. For every pair `j ≠ i` the distance
 //! `d = i - j mod m < 2^K` is a sum of distinct powers `2^k`, taken in increasing `k`:
 //! a chain of frames from `j` to `i`, each sent after the previous one arrived. So when
 //! `i` has heard round `K - 1`, it has heard, transitively, every participant's round-0
