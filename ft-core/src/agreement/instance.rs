@@ -61,8 +61,9 @@ pub(super) struct Io<'a> {
     pub(super) sent: &'a mut u64,
     /// The lowest rank not in `dead`: the coordinator in this rank's view.
     pub(super) lowest_live: Rank,
-    /// An empty set, shared by every sweep frame of an empty exclusion.
-    pub(super) empty: &'a Arc<RankSet>,
+    /// An empty set, shared by every sweep frame of an empty exclusion (made by the
+    /// first epoch on the fast path).
+    pub(super) empty: Option<&'a Arc<RankSet>>,
 }
 
 impl Io<'_> {

@@ -128,16 +128,18 @@ pub(super) struct FastPath {
 
 impl FastPath {
     /// Rank `me`'s sweeps over the ranks outside `base ∪ excluded`, starting from
-    /// `contribution ∪ excluded`; `empty` is shared when `excluded` is empty.
+    /// `contribution ∪ excluded`; `empty` (an empty set) is shared when `excluded` is
+    /// empty.
     pub(super) fn new(
         me: Rank,
         base: &RankSet,
         excluded: RankSet,
         contribution: &RankSet,
-        empty: &Arc<RankSet>,
+        empty: Option<&Arc<RankSet>>,
     ) -> Self {
         let (sweepers, excluded) = if excluded.is_empty() {
-            (Survivors::new(base), Arc::clone(empty))
+            let empty = empty.map_or_else(|| Arc::new(excluded), Arc::clone);
+            (Survivors::new(base), empty)
         } else {
             let mut gone = excluded.clone();
             gone.union_with(base);
