@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use ft_core::agreement::{Agreement, Config, Event};
-use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header};
+use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header, Writer};
 use ft_core::{BufferTooShort, Instant, Protocol, RankSet};
 use libfuzzer_sys::fuzz_target;
 
@@ -25,8 +25,9 @@ enum Field {
 enum Op {
     Frame {
         from: u8,
-        /// Agreement kinds are 16..=22 (22, 21: the fast-path sweeps); 23 maps to a
-        /// detector kind, to exercise the kind checks.
+        /// Agreement kinds are 16..=22 (21: sweep 1, round + exclusion + union; 22: one
+        /// varint, sweep 2's round + 1 or 0 for the notice); 23 maps to a detector kind,
+        /// to exercise the kind checks.
         kind: u8,
         epoch: u8,
         fields: Vec<Field>,
@@ -34,6 +35,21 @@ enum Op {
     RawBytes {
         from: u8,
         bytes: Vec<u8>,
+    },
+    /// A well-formed sweep-1 frame of the view that excluded `excluded` at its call
+    /// (often another view than this rank's: checked against that view's layout,
+    /// then this rank leaves the fast path and tells its coordinator).
+    Sweep {
+        from: u8,
+        epoch: u8,
+        round: u8,
+        excluded: u16,
+        union: u16,
+    },
+    /// The fast path's notice "I left it: views differ" (sweep-2 kind, body 0).
+    Notice {
+        from: u8,
+        epoch: u8,
     },
     Start {
         contribution: u16,
@@ -52,6 +68,25 @@ struct Input {
 
 fn set_of(n: u32, bits: u16) -> RankSet {
     RankSet::from_ranks(n, (0..n.min(16)).filter(|r| bits >> r & 1 == 1))
+}
+
+/// A frame of `kind` from `from` in epoch `epoch % 4`, its body written by `body`.
+fn frame_from(
+    comm: u32,
+    from: u32,
+    epoch: u8,
+    kind: FrameKind,
+    body: impl FnOnce(&mut Writer),
+) -> Vec<u8> {
+    let mut w = Header {
+        kind,
+        comm,
+        epoch: u32::from(epoch % 4),
+        sender: from,
+    }
+    .start();
+    body(&mut w);
+    w.finish()
 }
 
 fuzz_target!(|input: Input| {
@@ -73,30 +108,47 @@ fuzz_target!(|input: Input| {
             } => {
                 let from = u32::from(from) % n;
                 let kind = FrameKind::from_code(16 + kind % 8).unwrap_or(FrameKind::Heartbeat);
-                let mut w = Header {
-                    kind,
-                    comm,
-                    epoch: u32::from(epoch % 4),
-                    sender: from,
-                }
-                .start();
-                for f in fields {
-                    match f {
-                        Field::Varint(v) => {
-                            // Mostly small rounds, sometimes huge ones (overflow paths).
-                            let v = if v >> 31 == 1 { v } else { v % 8 };
-                            w.put_varint(u64::from(v))
-                        }
-                        Field::Rank(r) => w.put_rank(u32::from(r) % n),
-                        Field::Flags(b) => w.put_u8(b % 8),
-                        Field::Set(bits) => w.put_rankset(&set_of(n, bits)),
-                        Field::Raw(bytes) => w.put_bytes(&bytes),
-                    };
-                }
-                let _ = machine.handle_message(now, from, &w.finish());
+                let frame = frame_from(comm, from, epoch, kind, |w| {
+                    for f in fields {
+                        match f {
+                            Field::Varint(v) => {
+                                // Mostly small rounds, sometimes huge ones (overflow paths).
+                                let v = if v >> 31 == 1 { v } else { v % 8 };
+                                w.put_varint(u64::from(v))
+                            }
+                            Field::Rank(r) => w.put_rank(u32::from(r) % n),
+                            Field::Flags(b) => w.put_u8(b % 8),
+                            Field::Set(bits) => w.put_rankset(&set_of(n, bits)),
+                            Field::Raw(bytes) => w.put_bytes(&bytes),
+                        };
+                    }
+                });
+                let _ = machine.handle_message(now, from, &frame);
             }
             Op::RawBytes { from, bytes } => {
                 let _ = machine.handle_message(now, u32::from(from) % n, &bytes);
+            }
+            Op::Sweep {
+                from,
+                epoch,
+                round,
+                excluded,
+                union,
+            } => {
+                let from = u32::from(from) % n;
+                let frame = frame_from(comm, from, epoch, FrameKind::AgreeSweep, |w| {
+                    w.put_varint(u64::from(round % 8));
+                    w.put_rankset(&set_of(n, excluded));
+                    w.put_rankset(&set_of(n, union));
+                });
+                let _ = machine.handle_message(now, from, &frame);
+            }
+            Op::Notice { from, epoch } => {
+                let from = u32::from(from) % n;
+                let frame = frame_from(comm, from, epoch, FrameKind::AgreeSweepDone, |w| {
+                    w.put_varint(0);
+                });
+                let _ = machine.handle_message(now, from, &frame);
             }
             Op::Start { contribution } => {
                 let _ = machine.start(now, &set_of(n, contribution));

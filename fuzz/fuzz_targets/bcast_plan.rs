@@ -33,8 +33,18 @@ struct Input {
 }
 
 fuzz_target!(|input: Input| {
-    let scale = |r: u16| if input.huge { u32::from(r) << 16 } else { u32::from(r) };
-    let ranks = if input.huge { u32::MAX } else { u32::from(input.ranks) };
+    let scale = |r: u16| {
+        if input.huge {
+            u32::from(r) << 16
+        } else {
+            u32::from(r)
+        }
+    };
+    let ranks = if input.huge {
+        u32::MAX
+    } else {
+        u32::from(input.ranks)
+    };
     let topology = match input.topology % 4 {
         0 => Topology::Star,
         1 => Topology::Chain,
@@ -51,7 +61,11 @@ fuzz_target!(|input: Input| {
         return;
     };
     for o in &input.outputs {
-        let name = if o.name == 0 { String::new() } else { format!("o{}", o.name % 64) };
+        let name = if o.name == 0 {
+            String::new()
+        } else {
+            format!("o{}", o.name % 64)
+        };
         let dests = o.dests.iter().map(|&r| scale(r)).collect::<Vec<_>>();
         spec.outputs.push(OutputSpec::new(name, o.bytes, dests));
     }

@@ -7,7 +7,7 @@ use alloc::sync::Arc;
 
 use super::msg::{Msg, Out, Report};
 use super::round::{Phase, Round, Tree};
-use super::sweep::{self, Progress, Sweeps};
+use super::sweep::{self, FastPath, Progress};
 use super::{Ballot, Config};
 use crate::error::FrameError;
 use crate::rank::Rank;
@@ -24,12 +24,10 @@ pub(super) struct Instance {
     pub(super) contribution: RankSet,
     /// The epoch's participants `C \ base`, numbered in rank order.
     pub(super) participants: Survivors,
-    /// Rounds per fast-path sweep (0 when the epoch runs the tree path: too many
-    /// participants, see [`Config::sweep_limit`]).
-    pub(super) sweep_rounds: u32,
-    /// The fast path, while this rank still takes part in it: dropped for good when the
-    /// rank learns a death, promises a ballot ≥ 1, or decides.
-    pub(super) fast: Option<Box<Sweeps>>,
+    /// Round 0's fast path as this rank laid it out at its call; `None` when the epoch
+    /// runs the tree path (too many participants, see [`Config::sweep_limit`]), so the
+    /// tree path carries nothing of it.
+    pub(super) path: Option<Box<FastPath>>,
     pub(super) promised: Ballot,
     pub(super) accepted: Option<(Ballot, RankSet)>,
     pub(super) round: Option<Box<Round>>,
@@ -63,6 +61,9 @@ pub(super) struct Io<'a> {
     pub(super) sent: &'a mut u64,
     /// The lowest rank not in `dead`: the coordinator in this rank's view.
     pub(super) lowest_live: Rank,
+    /// An empty set, shared by every sweep frame of an empty exclusion (made by the
+    /// first epoch on the fast path).
+    pub(super) empty: Option<&'a Arc<RankSet>>,
 }
 
 impl Io<'_> {
@@ -93,21 +94,18 @@ impl Instance {
             let round = Round::new(n, me, ballot, Tree::new(&base), Arc::new(base.clone()));
             ((c0 == me).then_some(ballot), Some(Box::new(round)))
         };
-        // A participant already known dead cannot sweep: go straight to the rounds.
-        let participant_dead = io.dead.difference(&base).next().is_some();
-        let fast = match participants.new_rank(me) {
-            Some(i) if sweeping && !participant_dead => {
-                Some(Box::new(Sweeps::new(i, m, contribution.clone())))
-            }
-            _ => None,
-        };
+        // The deaths known here at the call, beyond `base`: this rank's sweeps skip them.
+        let path = sweeping.then(|| {
+            let mut excluded = io.dead.clone();
+            excluded.difference_with(&base);
+            Box::new(FastPath::new(me, &base, excluded, &contribution, io.empty))
+        });
         let mut inst = Instance {
             epoch,
             base,
             contribution,
             participants,
-            sweep_rounds: if sweeping { sweep::rounds_for(m) } else { 0 },
-            fast,
+            path,
             promised: ballot,
             accepted: None,
             round,
@@ -127,10 +125,13 @@ impl Instance {
     /// sweep 1 finishes, decides when sweep 2 does.
     fn advance_sweeps(&mut self, io: &mut Io<'_>) {
         loop {
-            let Some(fast) = self.fast.as_mut() else {
+            let Some(path) = self.path.as_deref_mut() else {
                 return;
             };
-            match fast.advance(io, &self.participants, self.epoch) {
+            let Some(fast) = path.fast.as_mut() else {
+                return;
+            };
+            match fast.advance(io, &path.sweepers, &path.excluded, self.epoch) {
                 Progress::Waiting => return,
                 Progress::FirstDone => {
                     let mut value = fast.union().clone();
@@ -139,7 +140,7 @@ impl Instance {
                     self.accepted = Some((self.promised, value));
                 }
                 Progress::SecondDone => {
-                    self.fast = None;
+                    self.leave_fast_path();
                     let Some((_, value)) = self.accepted.take() else {
                         return; // unreachable: sweep 1 finished first
                     };
@@ -152,6 +153,13 @@ impl Instance {
                     return;
                 }
             }
+        }
+    }
+
+    /// Leaves the fast path for good: no sweep frame is sent from now on.
+    fn leave_fast_path(&mut self) {
+        if let Some(path) = self.path.as_mut() {
+            path.fast = None;
         }
     }
 
@@ -182,6 +190,12 @@ impl Instance {
                     return Err(FrameError::Malformed("prepare not from a tree ancestor"));
                 }
                 self.max_round = self.max_round.max(ballot.round);
+                if self.path.is_some() && io.dead.contains(ballot.coord) {
+                    // A ballot whose coordinator is dead can never be decided; promising
+                    // it would only take this rank off the fast path, where the live
+                    // coordinator may wait for it. (The tree path keeps its old rule.)
+                    return Ok(());
+                }
                 if ballot < self.promised {
                     let report = Arc::new(Report::rejection(io.cfg.n, self.promised));
                     io.send(from, self.epoch, Msg::Promise { ballot, report });
@@ -207,6 +221,9 @@ impl Instance {
                 self.maybe_finish_gather(io);
             }
             Msg::Accept { ballot, value } => {
+                if self.path.is_some() && io.dead.contains(ballot.coord) {
+                    return Ok(()); // see the prepare: its prepare may have been ignored
+                }
                 if ballot < self.promised {
                     let msg = Msg::Accepted {
                         ballot,
@@ -242,18 +259,52 @@ impl Instance {
                 }
                 self.maybe_finish_gather(io);
             }
-            Msg::Sweep { round, union } => {
-                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
-                if let Some(fast) = self.fast.as_mut() {
+            Msg::Sweep {
+                round,
+                excluded,
+                union,
+            } => {
+                let Some(path) = self.path.as_mut() else {
+                    // The tree path: no sweep round exists.
+                    sweep::check_sender(&self.participants, 0, me, from, round)?;
+                    return Ok(());
+                };
+                if *path.excluded == excluded {
+                    path.check_sender(me, from, round)?;
+                } else {
+                    sweep::check_foreign(&self.base, &excluded, me, from, round)?;
+                    // The mutation counts a frame of another exclusion whenever its
+                    // sender happens to be this rank's own peer for that round.
+                    let counted =
+                        io.cfg.drop_exclusion_check && path.check_sender(me, from, round).is_ok();
+                    if !counted {
+                        path.fast = None;
+                        path.views_differ = true;
+                        return Ok(());
+                    }
+                }
+                if let Some(fast) = path.fast.as_mut() {
                     fast.hear_first(round, &union);
                     self.advance_sweeps(io);
                 }
             }
             Msg::SweepDone { round } => {
-                sweep::check_sender(&self.participants, self.sweep_rounds, me, from, round)?;
-                if let Some(fast) = self.fast.as_mut() {
+                match self.path.as_ref() {
+                    Some(path) => path.check_sender(me, from, round)?,
+                    None => sweep::check_sender(&self.participants, 0, me, from, round)?,
+                }
+                if let Some(fast) = self.path.as_mut().and_then(|p| p.fast.as_mut()) {
                     fast.hear_second(round);
                     self.advance_sweeps(io);
+                }
+            }
+            Msg::SweepLeft => {
+                if self.path.is_none() {
+                    return Err(FrameError::Malformed("fast-path notice on the tree path"));
+                }
+                // Only the coordinator acts: it leaves and starts ballot 1 (`drive`).
+                if io.coordinator() == Some(me) {
+                    self.leave_fast_path();
                 }
             }
             Msg::Decide {
@@ -269,7 +320,7 @@ impl Instance {
                 self.broadcast_decision(io, &tree, &excluded, &value);
                 self.wave = Some(Wave::Tree(excluded));
                 self.wave_checked = None;
-                self.fast = None;
+                self.leave_fast_path();
                 if self.decided.is_none() {
                     self.decided = Some(value);
                     self.compact();
@@ -385,7 +436,7 @@ impl Instance {
         self.broadcast_decision(io, &tree, &excluded, &value);
         self.wave = Some(Wave::Tree(excluded));
         self.wave_checked = None;
-        self.fast = None;
+        self.leave_fast_path();
         self.decided = Some(value);
         self.compact();
     }
@@ -432,6 +483,17 @@ impl Instance {
     /// The coordinator's duties: (re)start rounds until decided, then repair decision
     /// broadcasts cut by failures.
     pub(super) fn drive(&mut self, io: &mut Io<'_>) {
+        if let Some(path) = self.path.as_mut().filter(|p| p.views_differ) {
+            // Tell the coordinator, and again each time another rank becomes it: it may
+            // still wait on a sweep that cannot finish.
+            let coordinator = io.coordinator().filter(|&c| c != io.cfg.me);
+            if let Some(c) = coordinator.filter(|_| self.decided.is_none()) {
+                if path.told != Some(c) {
+                    path.told = Some(c);
+                    io.send(c, self.epoch, Msg::SweepLeft);
+                }
+            }
+        }
         if io.coordinator() != Some(io.cfg.me) {
             return;
         }
@@ -446,7 +508,10 @@ impl Instance {
                     let tree = Tree::new(w);
                     io.dead.difference(w).any(|r| tree.is_inner(r))
                 }
-                Some(Wave::Sweeps) => io.dead.difference(&self.base).next().is_some(),
+                Some(Wave::Sweeps) => io
+                    .dead
+                    .difference(&self.base)
+                    .any(|r| !self.path.as_ref().is_some_and(|p| p.excluded.contains(r))),
             };
             if cut {
                 let value = value.clone();
@@ -461,7 +526,7 @@ impl Instance {
             return;
         }
         // The fast path runs and no participant is known dead here: nothing to repair.
-        if self.fast.is_some() {
+        if self.path.as_ref().is_some_and(|p| p.fast.is_some()) {
             return;
         }
         let ballot = Ballot {
@@ -486,7 +551,7 @@ impl Instance {
         excluded: Arc<RankSet>,
     ) {
         // Promising a ballot ≥ 1 leaves the fast path for good: no sweep frame follows.
-        self.fast = None;
+        self.leave_fast_path();
         let round = Round::new(io.cfg.n, io.cfg.me, ballot, tree, excluded);
         self.round = Some(Box::new(round));
         self.pass_down(io, io.cfg.me);
@@ -532,7 +597,7 @@ impl Instance {
         let me = io.cfg.me;
         // A dead participant cannot sweep: the fast path is over here (the coordinator
         // starts a ballot when it learns of the death).
-        self.fast = None;
+        self.leave_fast_path();
         let Some(round) = self.round.as_ref() else {
             return;
         };

@@ -34,13 +34,17 @@
 //! participants `m` (the same choice everywhere, [`Config::sweep_limit`]):
 //!
 //! - **Fast path** (`m ≤ sweep_limit`, default [`DEFAULT_SWEEP_LIMIT`] `= 2^17`): two
-//!   dissemination sweeps of `K = ⌈log2 m⌉` rounds (module `sweep`): in round `k`
-//!   participant `i` sends to `i + 2^k` and waits for `i - 2^k` (mod `m`). Sweep 1
-//!   carries the union of contributions; when it finishes, `i` holds
-//!   `U = ⋃ contributions` (every participant's) and **accepts `U ∪ G_{e-1}` at ballot
-//!   `(0, c0)`**, below every ballot of the later rounds. Sweep 2 carries "sweep 1 done";
-//!   finishing it proves every participant accepted, so `i` decides. Failure-free cost:
-//!   `2·m·K` messages and `2·K` delays, for any `m`.
+//!   dissemination sweeps (module `sweep`) over the participants **minus the deaths this
+//!   rank knows at its call**, `X_i = (known dead at the call) \ G_{e-1}`: over
+//!   `S_i = C \ (G_{e-1} ∪ X_i)`, `m_i = |S_i|`, `K = ⌈log2 m_i⌉` rounds; in round `k`
+//!   index `i` sends to `i + 2^k` and waits for `i - 2^k` (mod `m_i`). Every sweep-1
+//!   frame carries `X_i`, and a rank counts a sweep-1 frame only if it carries its own
+//!   `X` (*the exclusion check*). Sweep 1 carries the union of contributions (each
+//!   starts from `L_i ∪ X_i`); when it finishes, `i` holds `U = X ∪ ⋃_{p ∈ S} L_p` and
+//!   **accepts `U ∪ G_{e-1}` at ballot `(0, c0)`**, below every ballot of the later
+//!   rounds. Sweep 2 carries "sweep 1 done"; finishing it proves every rank of `S`
+//!   accepted, so `i` decides. Cost when every rank knows the same deaths (none, one
+//!   rank, a whole node): `2·m'·K` messages and `2·K` delays, `m'` the ranks alive.
 //! - **Tree round** (`m > sweep_limit`): round 0 is the four traversals above without the
 //!   prepare: `4(m - 1)` messages and `4·h(m)` delays. Sweeps would cost `2·m·⌈log2 m⌉`
 //!   frames, 40·10^6 at `m = 10^6`, where the simulator's 10^6-rank scenario must stay
@@ -53,11 +57,21 @@
 //! ## Leaving the fast path
 //!
 //! A rank leaves the fast path for good, sending no further sweep frame, when it learns
-//! of a participant's death (at `start` or later), when it promises a ballot `≥ 1`, or
-//! when it decides by a decision broadcast. The coordinator (lowest live rank) starts
-//! ballot 1 as soon as it has left the fast path without deciding; the ballot runs as
-//! any round `≥ 1`. The rule that keeps a possible fast decision is plain Paxos, because
-//! a finished sweep 1 is an acceptance at ballot 0: each promise reports the highest
+//! of a death after its call (every such death is in its `S`), when it promises a
+//! ballot `≥ 1`, when it decides by a decision broadcast, or when it hears a sweep-1
+//! frame of another exclusion (views differ: its own sweep cannot finish). The
+//! coordinator (lowest live rank) starts ballot 1 as soon as it has left the fast path
+//! without deciding; the ballot runs as any round `≥ 1`. Two more rules keep the
+//! coordinator from waiting for ever on a sweep that cannot finish:
+//!
+//! - a rank that heard a frame of another exclusion sends a notice
+//!   (`AgreeSweepDone` with body 0) to the coordinator of its view, and again to each
+//!   rank that becomes it, until it decides; the coordinator that hears it leaves;
+//! - on the fast path a rank neither promises nor accepts a ballot whose coordinator
+//!   it holds dead (such a ballot can never be decided; the tree path keeps its rules).
+//!
+//! The rule that keeps a possible fast decision is plain Paxos, because a finished
+//! sweep 1 is an acceptance at ballot 0: each promise reports the highest
 //! accepted value, so a rank that finished sweep 1 reports `(ballot 0, U ∪ G_{e-1})`,
 //! and a coordinator that hears of one and of nothing higher proposes exactly that. In
 //! particular, if every live participant that answers finished sweep 1, the proposal
@@ -66,14 +80,48 @@
 //! ballot-0 acceptances from the promises; `tests/agreement.rs` shows a two-failure
 //! schedule at `n = 3` where agreement then breaks.
 //!
-//! Why a fast decision at `j` survives: `j` finished sweep 2, so every participant `p`
-//! sent its round-0 sweep-2 frame, hence finished sweep 1 (accepted `U` at ballot 0)
-//! *before* it promised any ballot `≥ 1` (after such a promise it sends no sweep frame).
-//! The coordinator of the first ballot `b ≥ 1` that gets a proposal is a participant
-//! (it is outside `G_{e-1}`) and alive, so its own promise carries ballot 0's `U` unless
-//! it accepted something higher — and by induction over ballots (the usual Paxos step,
+//! **One value at ballot 0.** (Accurate detector: `X_i` holds only ranks that crashed
+//! before `i`'s call.) Say `i` finishes sweep 1 of exclusion `X`. The round-`(K-1)` frame
+//! it counted carried `X`, so its sender had exclusion `X` and had counted round
+//! `K - 2` from its own source, which carried `X` too, and so on: every chain of the
+//! sweep (the dissemination argument of module `sweep`: from every `p ∈ S` to `i`) is
+//! made of frames carrying `X`, so **every rank of `S = C \ (G_{e-1} ∪ X)` called with
+//! exclusion `X`**, and `i`'s union is exactly `X ∪ ⋃_{p ∈ S} L_p` (no other rank's
+//! contribution can reach it). Two exclusions `X ≠ X'` cannot both have a rank that
+//! finishes sweep 1: a rank outside `X ∪ X'` would have called with both, so
+//! `S ⊆ X'` and `S' ⊆ X`; take `q ∈ S` and `q' ∈ S'`: `q ∈ X'` died before `q'` called
+//! and `q' ∈ X` died before `q` called, yet each called before it died — a cycle in
+//! time. So at most one value is ever accepted at ballot 0, the premise of Paxos. (The
+//! test `without_the_exclusion_check_some_schedule_breaks` removes the check: views
+//! then wait on each other for ever.)
+//!
+//! Why a fast decision at `j` (exclusion `X`, sweep ranks `S`) survives: `j` finished
+//! sweep 2, so every `p ∈ S` sent its round-0 sweep-2 frame, hence finished sweep 1
+//! (accepted `U` at ballot 0) *before* it promised any ballot `≥ 1` (after such a
+//! promise it sends no sweep frame). Take the first ballot `b ≥ 1` that gets a proposal.
+//! Its coordinator `c` is in `S`: it is outside `G_{e-1}`, and if `c ∈ X` it crashed
+//! before any rank of `S` called, while a proposal needs a promise from every live rank
+//! outside `D_b` (every rank of `S` was alive then and is outside `D_b`), which a rank
+//! sends only after its call. So `c`'s own promise carries ballot 0's `U` unless it
+//! accepted something higher — and by induction over ballots (the usual Paxos step,
 //! below) every value accepted at a ballot in `(0, b)` is `U` too. So every later
 //! proposal is `U ∪ G_{e-1}`.
+//!
+//! **Termination of the fast path.** Let `c*` be the lowest rank that never crashes;
+//! eventually it is everyone's coordinator. Suppose it never leaves the fast path nor
+//! decides. Then no rank of its `S*` crashes (it would hear of it after its call and
+//! leave), so every `a ∈ S*` has `X_a ⊆ X*` (a rank of `X_a \ X*` is a crashed rank of
+//! `S*`). If some `a ∈ S*` has `X_a ≠ X*`, then going round `S*` in rank order some rank
+//! of exclusion `X*` has such an `a` as its round-0 target: `a` hears a frame of another
+//! exclusion and its notice reaches `c*` (re-sent as `a` learns the deaths below `c*`),
+//! so `c*` leaves. Otherwise every rank of `S*` sweeps with `X*` and none leaves: a death
+//! after its call would be in `S*`; a prepare comes from a coordinator below `c*`, which
+//! crashed, so it is in `X*` and refused (the second rule), or above `c*`, which would
+//! have to hold `c*` dead; a notice is acted on by the coordinator only; a decision
+//! broadcast would have needed `c*`'s own promise. So both sweeps finish at `c*`: a
+//! contradiction. A fast decision at `c*` reaches every survivor: a rank of `S*` can
+//! only miss sweep 2 if a rank of `S*` crashed (then `c*` re-broadcasts the decision,
+//! as below) or left the fast path, which by the same list needs a crash in `S*`.
 //!
 //! # Failures
 //!
@@ -119,11 +167,15 @@
 //! Older frames are refused with [`FrameError::StaleEpoch`], later ones with
 //! `FutureEpoch`. An epoch's frames never touch another epoch's state.
 //!
-//! Sweep frames are checked against the epoch's sweep layout: a round outside `0..K` is
-//! [`FrameError::BadSweepRound`] (`K = 0` on the tree path), a participant that does not
-//! send to this rank in that round is [`FrameError::NotSweepPeer`], a sender outside
-//! the participants is [`FrameError::NotParticipant`] (the machine refuses such a rank
-//! earlier, with `FromFailedRank`, as `G_{e-1}` is dead here).
+//! Sweep frames are checked against the layout of the sweep they belong to (this
+//! rank's, or for a sweep-1 frame of another exclusion that one's): a round outside
+//! `0..K` is [`FrameError::BadSweepRound`] (`K = 0` on the tree path), a participant that
+//! does not send to this rank in that round is [`FrameError::NotSweepPeer`], a sender
+//! outside the participants is [`FrameError::NotParticipant`] (the machine refuses such
+//! a rank earlier, with `FromFailedRank`, as `G_{e-1}` is dead here); an exclusion that
+//! holds its own sender or a rank of `G_{e-1}`, and a notice on the tree path, are
+//! [`FrameError::Malformed`]. A frame of another exclusion that excludes this rank (its
+//! sender suspects it) is no peer error: it only means views differ.
 //!
 //! # Properties (crash-stop, accurate detector: only crashed ranks are reported)
 //!
@@ -136,18 +188,21 @@
 //!   proposes the same value (the Paxos argument, with "all ranks not excluded" as the
 //!   quorum: two such quorums always share the later coordinator, which was alive at
 //!   the earlier ballot and so acknowledged it). The fast path is ballot 0 with the
-//!   quorum "every participant": a fast decision needs every participant's acceptance
-//!   before any higher promise, so it is kept by the same argument (see *Leaving the
-//!   fast path*).
+//!   quorum "every rank of the sweep `S`" (every participant not known dead at the
+//!   calls); one exclusion at most can accept, so ballot 0 has one value, and a fast
+//!   decision needs every rank of `S`'s acceptance before any higher promise, so it is
+//!   kept by the same argument (see *Leaving the fast path*).
 //! - **Knowledge**: when a rank returns `G`, every rank not yet crashed has accepted `G`
 //!   (it was a participant of the deciding ballot and acknowledged). So the returning
 //!   rank knows every live rank holds or will return `G`. A fast decision at `i`
-//!   follows every participant's acceptance of it (finishing sweep 2 proves it).
+//!   follows the acceptance of every rank of its sweep `S` (finishing sweep 2 proves
+//!   it), and the ranks outside `S` are in `G_{e-1}` or in `X`, crashed before the calls.
 //! - **Validity**: `G ⊇ L_i` of every rank that started the epoch and is not in `G`
 //!   (a survivor is a participant of the ballot whose reduce built the value), and
 //!   `G ⊆` ranks some rank declared dead (contributions, detector reports, `D`).
-//!   A fast decision is `U ∪ G_{e-1}` with `U` the union of every participant's
-//!   contribution.
+//!   A fast decision is `U ∪ G_{e-1}` with `U = X ∪ ⋃_{p ∈ S} L_p`: every survivor is in
+//!   `S` (only crashed ranks are in `X`), so its `L_i` is in `G`, and `X` holds only
+//!   ranks the sweep's ranks held dead.
 //! - **Termination**: let `t*` be the time by which every failure of the run has been
 //!   reported to every rank still alive (a rank that crashes later counts until it
 //!   does: as coordinator it waits on what it was told) and every survivor has started
@@ -156,16 +211,19 @@
 //!   reveals a higher ballot of a dead earlier coordinator, and after it the final
 //!   coordinator's round is above all of that coordinator's ballots). Without failures
 //!   the bound is the failure-free path's: `2·⌈log2 m⌉` on the sweeps, `4·h` on the
-//!   tree. On the sweeps a death known at `t*` costs the coordinator's ballot 1 (its
-//!   prepare and four traversals) at most, which the `k + 1` rounds of the bound
-//!   already count. (Measured over 10^5 random schedules in `tests/agreement.rs`, 80 %
-//!   of them on the sweeps, `randomized_schedules_many`: at most `4.38·⌈log2 n⌉·δ`
-//!   after `t*`.)
+//!   tree, also when every rank knew the same deaths at its call. On the sweeps a death
+//!   learned after a call, or views that differ at the calls, cost the coordinator's
+//!   ballot 1 (its prepare and four traversals, after at most a round-0 frame and a
+//!   notice) at most, which the `k + 1` rounds of the bound already count. (Measured
+//!   over 10^5 random schedules in `tests/agreement.rs`, `randomized_schedules_many`,
+//!   80 % of them on the sweeps and 30 % with deaths known at the call by some ranks:
+//!   at most `4.17·⌈log2 n⌉·δ` after `t*`.)
 //! - **Epochs**: successive decisions grow (`G_e ⊇ G_{e-1}`, since round 0 excludes
 //!   `G_{e-1}` and every value contains its `D`), and no frame of one epoch changes the
 //!   state of another. Sweep frames carry the epoch like every frame; a rank that
 //!   finished epoch `e` sends at most `2·⌈log2 m⌉` sweep frames of `e + 1` to each
-//!   slower peer, within [`Config::max_buffered`].
+//!   slower peer (and a notice to each coordinator it sees while views differ), within
+//!   [`Config::max_buffered`].
 //!
 //! # Under false suspicion (partitions)
 //!
@@ -218,6 +276,7 @@ mod tests;
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -253,6 +312,10 @@ pub struct Config {
     /// Mutation switch for tests: promises hide a finished sweep 1, so the fallback may
     /// propose another value than a fast decision. Breaks agreement; never set it.
     pub(crate) drop_fast_rule: bool,
+    /// Mutation switch for tests: a sweep-1 frame counts even when its exclusion differs
+    /// from this rank's, if its sender is this rank's peer for that round. Breaks
+    /// agreement; never set it.
+    pub(crate) drop_exclusion_check: bool,
 }
 
 impl Config {
@@ -270,6 +333,7 @@ impl Config {
             max_buffered: 64 + 16 * (32 - n.leading_zeros() as usize),
             sweep_limit: DEFAULT_SWEEP_LIMIT,
             drop_fast_rule: false,
+            drop_exclusion_check: false,
         }
     }
 
@@ -279,6 +343,15 @@ impl Config {
     #[doc(hidden)]
     pub fn mutation_without_fast_path_rule(mut self) -> Self {
         self.drop_fast_rule = true;
+        self
+    }
+
+    /// This configuration with the exclusion check of the sweeps removed (a sweep-1
+    /// frame of another view counts when its sender is this rank's peer for the round).
+    /// For the mutation test that shows the check is needed: agreement breaks without it.
+    #[doc(hidden)]
+    pub fn mutation_without_exclusion_check(mut self) -> Self {
+        self.drop_exclusion_check = true;
         self
     }
 }
@@ -377,6 +450,10 @@ pub struct Agreement {
     excluded: bool,
     sent: u64,
     lowest_live: Rank,
+    /// The empty set of this communicator, shared by the sweep frames of every epoch
+    /// whose exclusion is empty (no allocation per call); made by the first epoch that
+    /// runs the fast path, so a machine on the tree path holds none.
+    empty: Option<Arc<RankSet>>,
 }
 
 impl Agreement {
@@ -384,6 +461,7 @@ impl Agreement {
     pub fn new(cfg: Config) -> Self {
         Agreement {
             dead: RankSet::new(cfg.n),
+            empty: None,
             cfg,
             cur: None,
             prev: None,
@@ -471,6 +549,9 @@ impl Agreement {
             None => RankSet::new(self.cfg.n),
         };
         let epoch = self.epoch() + 1;
+        if self.empty.is_none() && self.cfg.n - base.len() as u32 <= self.cfg.sweep_limit {
+            self.empty = Some(Arc::new(RankSet::new(self.cfg.n)));
+        }
         let mut contribution = contribution.clone();
         contribution.remove(self.cfg.me);
         self.prev = self.cur.take();
@@ -515,6 +596,7 @@ impl Agreement {
             out: &mut self.out,
             sent: &mut self.sent,
             lowest_live: self.lowest_live,
+            empty: self.empty.as_ref(),
         };
         (io, [self.cur.as_deref_mut(), self.prev.as_deref_mut()])
     }

@@ -77,15 +77,21 @@ pub(super) enum Msg<S = RankSet, R = Report> {
         excluded: S,
         value: S,
     },
-    /// Fast path, sweep 1, round `round`: the sender's union of contributions so far.
+    /// Fast path, sweep 1, round `round` of the sweep over the participants outside
+    /// `excluded` (the deaths the sender knew at its call): the sender's union of
+    /// contributions so far. A receiver counts it only if its own exclusion is the same.
     Sweep {
         round: u32,
+        excluded: S,
         union: S,
     },
     /// Fast path, sweep 2, round `round`: the sender finished sweep 1.
     SweepDone {
         round: u32,
     },
+    /// Fast path: the sender left it without deciding because its view and a sweep
+    /// frame's exclusion differ; sent to the coordinator, which then starts ballot 1.
+    SweepLeft,
 }
 
 pub(super) const HAS_ACCEPTED: u8 = 1;
@@ -117,7 +123,7 @@ impl<S: Borrow<RankSet>, R: Borrow<Report>> Msg<S, R> {
             Msg::Accepted { .. } => FrameKind::AgreeAccepted,
             Msg::Decide { .. } => FrameKind::AgreeDecide,
             Msg::Sweep { .. } => FrameKind::AgreeSweep,
-            Msg::SweepDone { .. } => FrameKind::AgreeSweepDone,
+            Msg::SweepDone { .. } | Msg::SweepLeft => FrameKind::AgreeSweepDone,
         }
     }
 
@@ -188,12 +194,21 @@ impl<S: Borrow<RankSet>, R: Borrow<Report>> Msg<S, R> {
                 w.put_rankset(excluded.borrow());
                 w.put_rankset(value.borrow());
             }
-            Msg::Sweep { round, union } => {
+            Msg::Sweep {
+                round,
+                excluded,
+                union,
+            } => {
                 w.put_varint((*round).into());
+                w.put_rankset(excluded.borrow());
                 w.put_rankset(union.borrow());
             }
+            // One varint: `k + 1` for sweep 2's round `k`, 0 for the notice.
             Msg::SweepDone { round } => {
-                w.put_varint((*round).into());
+                w.put_varint(u64::from(*round) + 1);
+            }
+            Msg::SweepLeft => {
+                w.put_varint(0);
             }
         }
     }
@@ -257,10 +272,15 @@ impl Msg {
             },
             FrameKind::AgreeSweep => Msg::Sweep {
                 round: r.varint_u32()?,
+                excluded: r.rankset()?,
                 union: r.rankset()?,
             },
-            FrameKind::AgreeSweepDone => Msg::SweepDone {
-                round: r.varint_u32()?,
+            FrameKind::AgreeSweepDone => match r.varint()? {
+                0 => Msg::SweepLeft,
+                v => Msg::SweepDone {
+                    round: u32::try_from(v - 1)
+                        .map_err(|_| FrameError::Malformed("value exceeds 32 bits"))?,
+                },
             },
             other => return Err(FrameError::UnexpectedKind(other as u8)),
         };

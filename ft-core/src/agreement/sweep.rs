@@ -1,9 +1,10 @@
 //! The failure-free fast path: two dissemination sweeps over the epoch's participants.
 //!
-//! The participants of epoch `e` are `C \ G_{e-1}`, numbered `0..m` in rank order
-//! ([`Survivors`]). A sweep has `K = ⌈log2 m⌉` rounds; in round `k` participant `i`
-//! sends to `i + 2^k` and waits for `i - 2^k` (mod `m`), and it sends round `k + 1`
-//! only once it heard round `k`. For every pair `j ≠ i` the distance
+//! A rank sweeps over the participants of epoch `e`, `C \ G_{e-1}`, minus the deaths it
+//! knew at its call (`X`, carried by every sweep-1 frame: see [`FastPath`]), numbered
+//! `0..m` in rank order ([`Survivors`]). A sweep has `K = ⌈log2 m⌉` rounds; in round
+//! `k` participant `i` sends to `i + 2^k` and waits for `i - 2^k` (mod `m`), and it sends
+//! round `k + 1` only once it heard round `k`. For every pair `j ≠ i` the distance
 //! `d = i - j mod m < 2^K` is a sum of distinct powers `2^k`, taken in increasing `k`:
 //! a chain of frames from `j` to `i`, each sent after the previous one arrived. So when
 //! `i` has heard round `K - 1`, it has heard, transitively, every participant's round-0
@@ -70,6 +71,99 @@ pub(super) fn check_sender(
         });
     }
     Ok(())
+}
+
+/// Checks a sweep-1 frame of another exclusion than this rank's (`excluded`, the
+/// sender's view at its call) against the sweep it belongs to: the sender is outside
+/// `excluded`, `excluded` holds no rank of `base` (the previous agreed set), and the
+/// round and the sender fit that sweep's layout (when it includes `me`).
+pub(super) fn check_foreign(
+    base: &RankSet,
+    excluded: &RankSet,
+    me: Rank,
+    from: Rank,
+    round: u32,
+) -> Result<(), FrameError> {
+    if excluded.contains(from) {
+        return Err(FrameError::Malformed("sweep frame excludes its sender"));
+    }
+    if excluded.iter().any(|r| base.contains(r)) {
+        return Err(FrameError::Malformed(
+            "sweep exclusion holds an agreed-dead rank",
+        ));
+    }
+    let mut gone = excluded.clone();
+    gone.union_with(base);
+    let theirs = Survivors::new(&gone);
+    let rounds = rounds_for(theirs.len());
+    if theirs.contains(me) {
+        check_sender(&theirs, rounds, me, from, round)
+    } else if round >= rounds {
+        Err(FrameError::BadSweepRound { round, rounds })
+    } else {
+        Ok(()) // the sender holds this rank dead (false suspicion): not a peer error
+    }
+}
+
+/// One rank's layout of round 0's fast path in one epoch, fixed at its call.
+#[derive(Clone, Debug)]
+pub(super) struct FastPath {
+    /// The sweeps, while this rank still takes part in them: dropped for good when the
+    /// rank learns a death, promises a ballot ≥ 1, decides, or hears a sweep frame of
+    /// another exclusion.
+    pub(super) fast: Option<Sweeps>,
+    /// `X`: the participants (ranks outside `G_{e-1}`) this rank held dead at its call.
+    /// Its sweep-1 frames carry it (shared with them).
+    pub(super) excluded: Arc<RankSet>,
+    /// The sweep's participants `C \ (G_{e-1} ∪ X)`, numbered in rank order.
+    pub(super) sweepers: Survivors,
+    /// Rounds per sweep, `⌈log2 |sweepers|⌉`.
+    pub(super) rounds: u32,
+    /// This rank heard a sweep-1 frame of another exclusion: views differ, so neither
+    /// sweep can finish, and the coordinator must hear of it ([`Msg::SweepLeft`]).
+    pub(super) views_differ: bool,
+    /// The coordinator last told so.
+    pub(super) told: Option<Rank>,
+}
+
+impl FastPath {
+    /// Rank `me`'s sweeps over the ranks outside `base ∪ excluded`, starting from
+    /// `contribution ∪ excluded`; `empty` (an empty set) is shared when `excluded` is
+    /// empty.
+    pub(super) fn new(
+        me: Rank,
+        base: &RankSet,
+        excluded: RankSet,
+        contribution: &RankSet,
+        empty: Option<&Arc<RankSet>>,
+    ) -> Self {
+        let (sweepers, excluded) = if excluded.is_empty() {
+            let empty = empty.map_or_else(|| Arc::new(excluded), Arc::clone);
+            (Survivors::new(base), empty)
+        } else {
+            let mut gone = excluded.clone();
+            gone.union_with(base);
+            (Survivors::new(&gone), Arc::new(excluded))
+        };
+        let fast = sweepers.new_rank(me).map(|i| {
+            let mut start = contribution.clone();
+            start.union_with(&excluded);
+            Sweeps::new(i, sweepers.len(), start)
+        });
+        FastPath {
+            fast,
+            rounds: rounds_for(sweepers.len()),
+            excluded,
+            sweepers,
+            views_differ: false,
+            told: None,
+        }
+    }
+
+    /// [`check_sender`] for a frame of this rank's own sweep.
+    pub(super) fn check_sender(&self, me: Rank, from: Rank, round: u32) -> Result<(), FrameError> {
+        check_sender(&self.sweepers, self.rounds, me, from, round)
+    }
 }
 
 /// What [`Sweeps::advance`] reached.
@@ -145,6 +239,7 @@ impl Sweeps {
         &mut self,
         io: &mut Io<'_>,
         participants: &Survivors,
+        excluded: &Arc<RankSet>,
         epoch: u32,
     ) -> Progress {
         loop {
@@ -158,6 +253,7 @@ impl Sweeps {
                 } else {
                     Msg::Sweep {
                         round: k,
+                        excluded: Arc::clone(excluded),
                         union: Arc::clone(&self.union),
                     }
                 };

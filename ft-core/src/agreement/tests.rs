@@ -94,9 +94,17 @@ fn frames_round_trip() {
         },
         Msg::Sweep {
             round: 3,
+            excluded: set(&[]),
             union: set(&[4, 8, 15]),
         },
+        Msg::Sweep {
+            round: 0,
+            excluded: set(&[16, 17, 18, 19]),
+            union: set(&[16, 17, 18, 19, 299]),
+        },
+        Msg::SweepDone { round: 0 },
         Msg::SweepDone { round: 17 },
+        Msg::SweepLeft,
     ];
     for m in msgs {
         let mut w = m.header(4, 2, 11).start();
