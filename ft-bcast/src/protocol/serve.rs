@@ -49,7 +49,8 @@ impl Broadcaster {
         }
     }
 
-    /// Releases, activations and queued requests that the data now held allows.
+    /// Releases, activations (with their pushed streams) and queued requests that the
+    /// data now held allows.
     pub(super) fn progress(&mut self, task: u32) {
         let me = self.cfg.me;
         let Some(t) = self.tasks.get_mut(&task) else {
@@ -255,7 +256,8 @@ impl Broadcaster {
                 tree.append(a.entries);
                 let missing = missing_from(&tree.fetch, &t.complete);
                 if !missing.is_empty() {
-                    // Pushed: the parent streams the fetch set unasked.
+                    // The parent is the source: it streams the fetch set unasked if
+                    // data follows, else once asked.
                     tree.requested_from = Some(from);
                     if !a.data_follows {
                         request = Some(missing);
