@@ -7,8 +7,9 @@
 //! a destination releases nothing; no survivor ever sends a broadcast frame
 //! (activation, request, data) to a rank it knows dead, so a dead rank is never used
 //! as a parent again; and no rank copies a payload byte when it sends or forwards data
-//! (the simulator takes chunks as shared slices). Ranks send chunks of different sizes,
-//! so relays and repairs see every mix of chunkings.
+//! (the simulator takes chunks as shared slices); and in a failure-free run (per-class
+//! or per-output), each destination gets each payload byte once. Ranks send chunks of
+//! different sizes, so relays and repairs see every mix of chunkings.
 //!
 //! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 300);
 //! `FT_BCAST_SIM_SEED=S` replays the one run of seed `S` (`FT_BCAST_SIM_DEBUG=1` dumps
@@ -328,6 +329,9 @@ struct Struck {
     total: usize,
     /// Payload bytes the ranks sent (as shared slices), over the run.
     payload_sent: u64,
+    /// Failure-free runs whose bytes were counted (each payload byte once per
+    /// destination).
+    failure_free_checked: usize,
 }
 
 fn at_ms(ms: f64) -> Instant {
@@ -470,6 +474,37 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
             }
         }
     }
+    // Failure-free, with a strategy whose destinations fetch exactly what they need:
+    // the payload bytes sent (as root or relay, all ranks together) are each output's
+    // size once per destination. Every destination holds its outputs (checked above),
+    // so none received a byte twice: eager push and a request never both ran.
+    let fetch_is_need = case.broadcast["strategy"] != "fetch-for-descendants";
+    if log.departures.is_empty() && fetch_is_need {
+        let sent: u64 = (0..case.n)
+            .map(|r| {
+                sim.machine(r)
+                    .inner
+                    .stack()
+                    .bcast_stats()
+                    .payload_bytes_sent
+            })
+            .sum();
+        let once: u64 = needs
+            .values()
+            .flatten()
+            .map(|name| {
+                let j: usize = name[1..].parse().unwrap();
+                case.sizes[j]
+            })
+            .sum();
+        if sent != once {
+            return Err(format!(
+                "{sent} payload bytes sent, {once} needed once each: {}",
+                context()
+            ));
+        }
+        struck.failure_free_checked += 1;
+    }
     Ok(())
 }
 
@@ -493,16 +528,22 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         .filter_map(|seed| run_case(seed, &mut struck).err())
         .collect();
     eprintln!(
-        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast",
+        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination",
         started.elapsed().as_secs_f64(),
         struck.total,
-        struck.mid_broadcast
+        struck.mid_broadcast,
+        struck.failure_free_checked
     );
     assert!(
         struck.mid_broadcast * 10 >= count as usize,
         "too few kills mid-broadcast"
     );
     assert!(struck.payload_sent > 0, "no payload was sent at all");
+    assert!(
+        struck.failure_free_checked * 20 >= count as usize,
+        "too few failure-free runs had their bytes counted ({})",
+        struck.failure_free_checked
+    );
     assert!(
         failures.is_empty(),
         "{} of {count} runs failed; first ones:\n{}",

@@ -558,7 +558,17 @@ mod tests {
 
     /// Four ranks whose detectors ran 25 ms, then rank 0 starts broadcasting `spec(4)`.
     fn four_ranks_broadcasting_at_25ms() -> Net {
+        four_ranks_broadcasting_at_25ms_with(true)
+    }
+
+    /// [`four_ranks_broadcasting_at_25ms`] with [`Config::eager_push`] as given.
+    fn four_ranks_broadcasting_at_25ms_with(eager_push: bool) -> Net {
         let mut net = Net::new(4);
+        for (me, stack) in net.ranks.iter_mut().enumerate() {
+            let mut bcast = Config::new(3, 4, me as Rank);
+            bcast.eager_push = eager_push;
+            *stack = RankStack::with_config(config(4, me as Rank), bcast, Instant::ZERO);
+        }
         net.run_until(ms(25));
         net.ranks[0]
             .start_broadcast(net.now, 1, spec(4), payloads())
@@ -643,8 +653,10 @@ mod tests {
 
     #[test]
     fn a_revoke_fails_in_flight_broadcasts_with_a_typed_error() {
-        let mut net = four_ranks_broadcasting_at_25ms();
-        // Rank 1 is activated at 26 ms and asks for its data; rank 3 revokes at 26 ms.
+        // Pull only, so that rank 1 waits a round trip for its data: activated at 26 ms,
+        // it asks for it; rank 3 revokes at 26 ms. (With eager push the data comes with
+        // the activation and nothing is in flight at a whole millisecond here.)
+        let mut net = four_ranks_broadcasting_at_25ms_with(false);
         net.run_until(ms(26));
         net.ranks[3].revoke(net.now).unwrap();
         net.settle(3);

@@ -3,7 +3,9 @@
 //! built from the input (so real activations, requests and data are in flight), and the
 //! input interleaves delivering in-flight frames (as sent, or with a byte flipped), forged
 //! frames from arbitrary senders (raw bytes, a bcast header with arbitrary payload, or a
-//! well-formed activation / request / data frame with arbitrary fields), `on_rank_failed`
+//! well-formed activation (with or without "data follows", or an unknown flag) /
+//! request / data frame with arbitrary fields; data may come before its activation, as
+//! machines push it right behind activations and delivery order is the input's), `on_rank_failed`
 //! at any machine, and timeouts. Nothing may panic; refused frames are typed errors; every
 //! frame a machine sends decodes with the shared codec, is from itself and goes to a rank
 //! `< n` other than itself.
@@ -56,12 +58,14 @@ enum Step {
         task: u8,
         payload: Vec<u8>,
     },
-    /// A structurally valid activation with arbitrary contents.
+    /// A structurally valid activation with arbitrary contents; `flags % 4` as its
+    /// flags word (bit 0, data follows, is the only one defined).
     Activate {
         to: u8,
         from: u8,
         task: u8,
         tree: u8,
+        flags: u8,
         ancestors: Vec<u8>,
         needs: Vec<u8>,
         fetch: Vec<u8>,
@@ -351,6 +355,7 @@ fuzz_target!(|input: Input| {
                 from,
                 task,
                 tree,
+                flags,
                 ancestors,
                 needs,
                 fetch,
@@ -360,7 +365,8 @@ fuzz_target!(|input: Input| {
             } => {
                 let from = u32::from(from) % n;
                 let mut w = header(FrameKind::BcastActivate, task, from);
-                w.put_varint(u64::from(tree % 8));
+                w.put_varint(u64::from(tree % 8))
+                    .put_varint(u64::from(flags % 4));
                 w.put_varint(ancestors.len() as u64);
                 for a in &ancestors {
                     w.put_rank(u32::from(*a) % n);

@@ -3,6 +3,13 @@
 //! (`BcastRequest`) and a chunk of data (`BcastData`). Output sets travel as a count
 //! and gaps (varints), subtree entries as child, parent, needs and fetch set.
 //!
+//! `BcastActivate`: tree, flags ([`DATA_FOLLOWS`]: the sender streams the child's fetch
+//! set without a request; any other bit is refused), ancestors (count, ranks), needs,
+//! fetch set, one size per fetched output, the subtree's entry count, then as many
+//! entries as fit. `BcastSubtree`: tree, position of its first entry, entries.
+//! `BcastRequest`: tree, outputs. `BcastData`: output, total size, offset, then the
+//! chunk (its length, its bytes) last, so a chunk can travel as a separate payload.
+//!
 //! Decoding checks everything a peer controls before any state changes: counts within
 //! the frame, output indices under [`Config::max_outputs`](super::Config), each
 //! entry's needs within its fetch set; [`Broadcaster::handle_frame`] then hands the
@@ -15,13 +22,17 @@ use hashbrown::{HashMap, HashSet};
 use ft_core::wire::{self, FrameKind, Header, Reader, Writer};
 use ft_core::{FrameError, Instant, Rank};
 
-use super::state::{Entry, TreeState};
+use super::state::{ChunkPlace, Entry, TreeState};
 use super::Broadcaster;
 use crate::outputs::OutputSet;
 
 /// Ancestors carried in an activation: the root and the nearest ones. If all the
 /// nearest die, the root (which holds everything) is the fallback.
 pub(super) const MAX_ANCESTORS: usize = 64;
+
+/// Activation flag: the sender streams the child's whole fetch set from offset 0 right
+/// after this activation; the child sends no request unless its sender dies.
+pub(super) const DATA_FOLLOWS: u64 = 1;
 
 pub(super) fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
@@ -105,6 +116,8 @@ pub(super) fn read_entries(r: &mut Reader<'_>, max: u32) -> Result<Vec<Entry>, F
 /// A decoded activation.
 pub(super) struct Activation {
     pub(super) tree: u32,
+    /// The sender pushes the fetch set ([`DATA_FOLLOWS`]).
+    pub(super) data_follows: bool,
     pub(super) ancestors: Vec<Rank>,
     pub(super) needs: OutputSet,
     pub(super) fetch: OutputSet,
@@ -139,6 +152,10 @@ impl Broadcaster {
         match h.kind {
             FrameKind::BcastActivate => {
                 let tree = r.varint_u32()?;
+                let flags = r.varint()?;
+                if flags & !DATA_FOLLOWS != 0 {
+                    return Err(FrameError::Malformed("unknown activation flags"));
+                }
                 let count = r.varint()?;
                 if count == 0 || count > r.remaining() as u64 || count > MAX_ANCESTORS as u64 + 1 {
                     return Err(FrameError::Malformed("bad ancestor count"));
@@ -162,6 +179,7 @@ impl Broadcaster {
                     from,
                     Activation {
                         tree,
+                        data_follows: flags & DATA_FOLLOWS != 0,
                         ancestors,
                         needs,
                         fetch,
@@ -191,7 +209,12 @@ impl Broadcaster {
                 let offset = r.varint()?;
                 let chunk = r.bytes()?;
                 r.finish()?;
-                self.on_data(h.epoch, output, total, offset, chunk)
+                let at = ChunkPlace {
+                    output,
+                    total,
+                    offset,
+                };
+                self.on_data(h.epoch, at, chunk)
             }
             other => Err(FrameError::UnexpectedKind(other as u8)),
         }
@@ -199,7 +222,8 @@ impl Broadcaster {
 }
 
 /// The activation of the child at `tree.entries[at]`, split into frames of at most
-/// `cap` bytes: a `BcastActivate` and as many `BcastSubtree` as the subtree needs.
+/// `cap` bytes: a `BcastActivate` (saying [`DATA_FOLLOWS`] if `data_follows`) and as
+/// many `BcastSubtree` as the subtree needs.
 pub(super) fn activation_frames(
     head: Header,
     tree_id: u32,
@@ -207,6 +231,7 @@ pub(super) fn activation_frames(
     at: usize,
     sizes: &HashMap<u32, u64>,
     cap: usize,
+    data_follows: bool,
 ) -> Vec<Vec<u8>> {
     let e = &tree.entries[at];
     let child = e.child;
@@ -233,8 +258,9 @@ pub(super) fn activation_frames(
     let mut frames = Vec::new();
     let mut w = head.start();
     w.put_varint(tree_id.into());
+    w.put_varint(if data_follows { DATA_FOLLOWS } else { 0 });
     w.put_varint(ancestors.len() as u64);
-    let mut used = wire::HEADER_LEN + 5 + 5;
+    let mut used = wire::HEADER_LEN + 5 + 1 + 5;
     for &a in &ancestors {
         w.put_rank(a);
         used += varint_len(a.into());

@@ -12,13 +12,30 @@
 //!    subtree needs), their sizes, and its subtree (every descendant with its parent,
 //!    needs and fetch set), so the child can activate its own children and re-attach
 //!    orphans after a failure.
-//! 3. The child **requests** (`BcastRequest`) its fetch set from its parent. The parent
-//!    answers with **data** (`BcastData`, chunks of at most [`Config::chunk_bytes`]
-//!    bytes, in order) for every requested output it holds or fetches itself. **Pipelining:** a relay sends chunk `c` on as
-//!    soon as it holds the output's bytes up to the end of `c` (its in-order prefix); a
-//!    stream that catches up with the data waits for the next chunk, never sends what
-//!    has not arrived. A request arriving before the activation (which announces the
-//!    outputs' sizes) is queued: never dropped, never answered with missing data.
+//! 3. **Data.** With [`Config::eager_push`] (the default), a parent that activates an
+//!    original child (its parent in the plan) says so in the activation (*data
+//!    follows*) and streams the child's fetch set to it right behind the activation,
+//!    unasked: one message delay per tree level. The child records that its parent
+//!    pushes and sends no request. Without push (or for a child adopted after a failure,
+//!    see below), the child **requests** (`BcastRequest`) its fetch set from its
+//!    parent, which then streams it: the pull path, kept for repair and as a mode.
+//!    Either way the data is `BcastData` chunks of at most [`Config::chunk_bytes`]
+//!    bytes, in order. **Pipelining:** a relay sends chunk `c` on as soon as it holds
+//!    the output's bytes up to the end of `c` (its in-order prefix); a stream that
+//!    catches up with the data waits for the next chunk, never sends what has not
+//!    arrived. A request arriving before the activation (which announces the outputs'
+//!    sizes) is queued: never dropped, never answered with missing data.
+//!    **One stream per child and output:** a pushed output joins the child's served
+//!    set like a requested one, so a request for an output already pushed or streamed
+//!    to that child (a re-activated child, an older peer) starts no second stream: the
+//!    stream under way runs from offset 0 to the end and covers it.
+//!    **Data before its activation:** the protocol does not rely on a transport keeping
+//!    a pair's frames in order (MPI does, libfabric's `tcp;ofi_rxm` does, the
+//!    simulator does; `backend-ofi` does not promise it, and the in-crate test network
+//!    reorders freely). A chunk whose output's size is not announced yet is kept as
+//!    it came (at most [`Config::max_task_bytes`] of such chunks per broadcast) and
+//!    checked and added when the activation arrives; a chunk of one of the last tasks
+//!    forgotten here is late, not early, and is dropped.
 //! 4. A rank activates its children as soon as it is activated itself and knows its
 //!    whole subtree (it need not hold their data yet: they fetch it as it arrives). When
 //!    a rank holds every output it needs in a tree, it **releases** them locally
@@ -27,10 +44,20 @@
 //! **Repair.** [`Broadcaster::on_rank_failed`] tells the machine a rank died. In every
 //! tree, a rank whose parent died re-requests its missing outputs from its nearest live
 //! ancestor (the root in the worst case), and a rank whose descendant died adopts that
-//! descendant's children (activating them itself). Every ancestor fetches a superset of
-//! what its descendants fetch, so the new source holds or will hold what is asked.
-//! Duplicate data (from the old and the new source) is recognised per chunk and ignored:
-//! every surviving destination releases exactly its outputs, once per tree.
+//! descendant's children, activating them itself *without* push: an adopted child may
+//! hold part of its fetch set, so it requests what it lacks (whole outputs it does not
+//! hold yet). Every ancestor fetches a superset of what its descendants fetch, so the
+//! new source holds or will hold what is asked. A push cut by its sender's death loses
+//! nothing: the child's repair request names every output it has not completed, and
+//! the chunks it already holds are trimmed from the new stream on arrival (any
+//! chunking, any overlap). Duplicate data (from the old and the new source) is
+//! recognised per byte range and ignored: every surviving destination releases exactly
+//! its outputs, once per tree.
+//!
+//! **Invariants.** Failure-free, each destination receives each payload byte of its
+//! fetch set exactly once, and with push nobody sends a request. A child's data comes
+//! from one stream per output and server. A rank never streams an output to a rank it
+//! knows dead, and drops a stream when its destination dies.
 //!
 //! **Call order** (see [`ft_core::machine`]): feed frames with `handle_message`, failures
 //! with `on_rank_failed`, commands with `start_broadcast`; after each, drain
@@ -63,10 +90,11 @@
 //! is complete and assembled into one buffer for [`Broadcaster::output`] (none for an
 //! output that came in one chunk).
 //!
-//! **Layout.** `codec`: the typed frames (activation, subtree part, request, data)
-//! and their encoding and decoding; `state`: a broadcast's state at this rank (its
-//! trees, output buffers, queued requests and outgoing frames); `serve`: answering
-//! activations, requests and data, forwarding to children, and the
+//! **Layout.** `codec`: the typed frames (activation with its flags, subtree part,
+//! request, data) and their encoding and decoding; `state`: a broadcast's state at this
+//! rank (its trees, output buffers, chunks that overtook their activation, queued
+//! requests and outgoing frames); `serve`: answering activations, requests and data,
+//! pushing to and forwarding to children, and the
 //! [`ft_core::Protocol`] face; `repair`: failures and revocation.
 
 mod codec;
@@ -112,11 +140,17 @@ pub struct Config {
     /// chunks of any length that their transport delivers (at most the frame size:
     /// [`frame_capacity_for`](ft_core::wire::frame_capacity_for)).
     pub chunk_bytes: usize,
+    /// Whether a parent streams a child's fetch set right after activating it (eager
+    /// push, the default: one message delay per tree level) instead of waiting for the
+    /// child's request (pull only: activation, request, then data). Only the sender's
+    /// setting matters: the activation says which it is, and a child that is not told
+    /// "data follows" requests as before, so ranks of both settings work together.
+    pub eager_push: bool,
 }
 
 impl Config {
     /// Rank `me` of communicator `comm` of `n` ranks; outputs up to 1 GiB, 4 GiB per
-    /// broadcast, 4096 outputs, chunks of [`MAX_CHUNK`].
+    /// broadcast, 4096 outputs, chunks of [`MAX_CHUNK`], eager push.
     pub fn new(comm: u32, n: u32, me: Rank) -> Self {
         Config {
             comm,
@@ -126,6 +160,7 @@ impl Config {
             max_task_bytes: 1 << 32,
             max_outputs: 4096,
             chunk_bytes: MAX_CHUNK,
+            eager_push: true,
         }
     }
 }
@@ -261,7 +296,15 @@ pub struct Broadcaster {
     events: VecDeque<BcastEvent>,
     revoked: bool,
     stats: BcastStats,
+    /// The last [`FORGOTTEN`] tasks forgotten, oldest overwritten first: a chunk of
+    /// one of them that arrives late (the rest of a repair stream after the output
+    /// completed) is dropped, not kept as if its activation were still to come.
+    forgotten: [Option<u32>; FORGOTTEN],
+    next_forgotten: usize,
 }
+
+/// How many forgotten task ids a broadcaster remembers.
+const FORGOTTEN: usize = 32;
 
 impl Broadcaster {
     /// The machine of rank `cfg.me`.
@@ -284,6 +327,8 @@ impl Broadcaster {
             events: VecDeque::new(),
             revoked: false,
             stats: BcastStats::default(),
+            forgotten: [None; FORGOTTEN],
+            next_forgotten: 0,
         }
     }
 
@@ -326,9 +371,16 @@ impl Broadcaster {
         self.cfg.chunk_bytes = bytes;
     }
 
-    /// Drops everything kept for `task` (its payloads included).
+    /// Drops everything kept for `task` (its payloads included). Chunks of it that
+    /// arrive later are dropped while it is among the last 32 tasks forgotten here, so
+    /// on a transport that reorders a pair's frames, do not reuse a task id before 32
+    /// others were forgotten (its new chunks could overtake its new activation and be
+    /// taken for late ones).
     pub fn forget(&mut self, task: u32) {
-        self.tasks.remove(&task);
+        if self.tasks.remove(&task).is_some() && !self.forgotten.contains(&Some(task)) {
+            self.forgotten[self.next_forgotten] = Some(task);
+            self.next_forgotten = (self.next_forgotten + 1) % FORGOTTEN;
+        }
         self.out
             .retain(|o| !matches!(o, Outgoing::Stream { task: t, .. } if *t == task));
     }
@@ -337,7 +389,8 @@ impl Broadcaster {
     /// received, chunks that overtook the prefix included).
     pub fn held_bytes(&self) -> usize {
         let buffers = self.tasks.values().flat_map(|t| t.buffers.values());
-        buffers.map(Buffer::bytes_kept).sum()
+        let early: u64 = self.tasks.values().map(|t| t.early_bytes).sum();
+        buffers.map(Buffer::bytes_kept).sum::<usize>() + early as usize
     }
 
     /// Starts broadcasting `task` at the root: the `j`-th payload is output `j`'s bytes

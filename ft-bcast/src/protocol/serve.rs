@@ -1,6 +1,9 @@
 //! Serving and forwarding: what this rank does with an activation, a subtree part, a
 //! request or a chunk of data once decoded, and what it sends next. A child is
-//! activated as soon as this rank is activated and knows its subtree; requests for
+//! activated as soon as this rank is activated and knows its subtree, and with eager
+//! push its fetch set is streamed to it right behind the activation (an original
+//! child only; an adopted one requests); data that overtakes its activation is kept
+//! (`Task::early`) until the activation announces its output's size; requests for
 //! outputs whose size is not announced yet (before the activation) are queued, never
 //! dropped; an output this rank holds or fetches is streamed to a requesting child
 //! chunk by chunk as far as its in-order prefix has arrived, and a stream that catches
@@ -20,7 +23,8 @@ use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, Tra
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
-    absorb_parts, missing_from, validate_entries, Entry, Outgoing, Parked, TreeState, Waiting,
+    absorb_parts, missing_from, validate_entries, ChunkPlace, Early, Entry, Outgoing, Parked,
+    TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -45,7 +49,8 @@ impl Broadcaster {
         }
     }
 
-    /// Releases, activations and queued requests that the data now held allows.
+    /// Releases, activations (with their pushed streams) and queued requests that the
+    /// data now held allows.
     pub(super) fn progress(&mut self, task: u32) {
         let me = self.cfg.me;
         let Some(t) = self.tasks.get_mut(&task) else {
@@ -72,6 +77,7 @@ impl Broadcaster {
         t.waiting.retain(|w| !w.outputs.is_empty());
         // Releases and activations, tree by tree.
         let mut activations: Vec<(Rank, Vec<u8>)> = Vec::new();
+        let mut pushes: Vec<(Rank, OutputSet)> = Vec::new();
         let cap = wire::frame_capacity(self.cfg.n) - 32;
         for (&tree_id, tree) in t.trees.iter_mut() {
             if !tree.released && tree.needs.is_subset(&t.complete) {
@@ -97,6 +103,12 @@ impl Broadcaster {
                     continue;
                 }
                 let child = e.child;
+                // Eager push to an original child only: an adopted one (its parent
+                // died) holds part of its fetch set already and requests what it lacks.
+                let push = self.cfg.eager_push && e.parent == me;
+                if push {
+                    pushes.push((child, e.fetch.clone()));
+                }
                 let frames = activation_frames(
                     Header {
                         kind: FrameKind::BcastActivate,
@@ -109,10 +121,25 @@ impl Broadcaster {
                     i,
                     &t.sizes,
                     cap,
+                    push,
                 );
                 tree.activated.insert(child);
                 activations.extend(frames.into_iter().map(|f| (child, f)));
             }
+        }
+        // A pushed output joins the child's served set like a requested one, so a request
+        // for it (arriving before or after) starts no second stream.
+        for (child, fetch) in pushes {
+            let served = t.served.entry(child).or_default();
+            for j in &fetch {
+                if served.insert(j) {
+                    streams.push((child, j));
+                }
+            }
+        }
+        // Activations first: a child's activation leaves before any of its data.
+        for (to, bytes) in activations {
+            self.out.push_back(Outgoing::Frame { to, bytes });
         }
         for (to, output) in streams {
             self.out.push_back(Outgoing::Stream {
@@ -121,9 +148,6 @@ impl Broadcaster {
                 output,
                 offset: 0,
             });
-        }
-        for (to, bytes) in activations {
-            self.out.push_back(Outgoing::Frame { to, bytes });
         }
     }
 
@@ -209,7 +233,9 @@ impl Broadcaster {
                 let missing = missing_from(&tree.fetch, &t.complete);
                 if !missing.is_empty() && tree.requested_from != Some(from) {
                     tree.requested_from = Some(from);
-                    request = Some(missing);
+                    if !a.data_follows {
+                        request = Some(missing);
+                    }
                 }
             }
             None => {
@@ -230,8 +256,12 @@ impl Broadcaster {
                 tree.append(a.entries);
                 let missing = missing_from(&tree.fetch, &t.complete);
                 if !missing.is_empty() {
+                    // The parent is the source: it streams the fetch set unasked if
+                    // data follows, else once asked.
                     tree.requested_from = Some(from);
-                    request = Some(missing);
+                    if !a.data_follows {
+                        request = Some(missing);
+                    }
                 }
                 t.trees.insert(a.tree, tree);
             }
@@ -246,6 +276,60 @@ impl Broadcaster {
             self.send_request(task, from, a.tree, &outputs);
         }
         self.progress(task);
+        self.absorb_early(task);
+        Ok(())
+    }
+
+    /// Adds the chunks kept in `Task::early` whose output's size is now announced (each
+    /// checked as if it arrived now; a bad one is dropped: the activation that
+    /// announced the size was fine).
+    fn absorb_early(&mut self, task: u32) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if t.early.is_empty() {
+            return;
+        }
+        let (ready, kept): (Vec<Early>, Vec<Early>) = core::mem::take(&mut t.early)
+            .into_iter()
+            .partition(|e| t.sizes.contains_key(&e.at.output));
+        t.early_bytes = kept.iter().map(|e| e.chunk.len() as u64).sum();
+        t.early = kept;
+        for e in ready {
+            let len = e.chunk.len();
+            let _ = self.on_data_bytes(task, e.at, len, || e.chunk);
+        }
+    }
+
+    /// Keeps a chunk whose output's size is not announced yet (its activation was
+    /// overtaken): checked against the limits alone, and at most
+    /// [`Config::max_task_bytes`](super::Config) of such chunks per broadcast.
+    fn keep_early(&mut self, task: u32, at: ChunkPlace, chunk: Bytes) -> Result<(), FrameError> {
+        let (output, total, len) = (at.output, at.total, chunk.len());
+        if output >= self.cfg.max_outputs {
+            return Err(FrameError::Malformed("output index over the limit"));
+        }
+        if total > self.cfg.max_output_bytes {
+            return Err(FrameError::Malformed(
+                "output larger than the configured limit",
+            ));
+        }
+        check_chunk(total, at.offset, len as u64)?;
+        if !self.tasks.contains_key(&task) && self.forgotten.contains(&Some(task)) {
+            return Ok(()); // late data of a task this rank is done with
+        }
+        let t = self.tasks.entry(task).or_default();
+        // An empty output's one chunk is kept once (it costs no bytes).
+        if len == 0 && t.early.iter().any(|e| e.at.output == output) {
+            return Ok(());
+        }
+        if t.early_bytes + len as u64 > self.cfg.max_task_bytes {
+            return Err(FrameError::Malformed(
+                "more data before its activation than the configured limit",
+            ));
+        }
+        t.early_bytes += len as u64;
+        t.early.push(Early { at, chunk });
         Ok(())
     }
 
@@ -300,14 +384,10 @@ impl Broadcaster {
     pub(super) fn on_data(
         &mut self,
         task: u32,
-        output: u32,
-        total: u64,
-        offset: u64,
+        at: ChunkPlace,
         chunk: &[u8],
     ) -> Result<(), FrameError> {
-        self.on_data_bytes(task, output, total, offset, chunk.len(), || {
-            Bytes::copy_from_slice(chunk)
-        })
+        self.on_data_bytes(task, at, chunk.len(), || Bytes::copy_from_slice(chunk))
     }
 
     /// [`Broadcaster::on_data`] with the chunk's bytes produced only once it is checked
@@ -315,33 +395,31 @@ impl Broadcaster {
     fn on_data_bytes(
         &mut self,
         task: u32,
-        output: u32,
-        total: u64,
-        offset: u64,
+        at: ChunkPlace,
         len: usize,
         chunk: impl FnOnce() -> Bytes,
     ) -> Result<(), FrameError> {
-        let t = self.tasks.get_mut(&task).ok_or(FrameError::Malformed(
-            "data for a broadcast never activated",
-        ))?;
-        let size = *t
-            .sizes
-            .get(&output)
-            .ok_or(FrameError::Malformed("data for an output never announced"))?;
+        let ChunkPlace {
+            output,
+            total,
+            offset,
+        } = at;
+        let announced = self.tasks.get(&task).and_then(|t| t.sizes.get(&output));
+        let Some(&size) = announced else {
+            // Its activation (sent before it) was overtaken: keep it until then.
+            // (A copy of a chunk that may be refused: rare, and it saves threading the
+            // lazy chunk through.)
+            return self.keep_early(task, at, chunk());
+        };
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Ok(()); // (announced above)
+        };
         if total != size {
             return Err(FrameError::Malformed(
                 "data size differs from the announced size",
             ));
         }
-        // Any chunking the sender chose: a non-empty chunk within the output (the one
-        // chunk of an empty output is empty, at 0).
-        let len = len as u64;
-        if offset > size || (offset == size && size != 0) {
-            return Err(FrameError::Malformed("data offset out of place"));
-        }
-        if len > size - offset || (len == 0 && size != 0) {
-            return Err(FrameError::Malformed("data chunk of the wrong length"));
-        }
+        check_chunk(size, offset, len as u64)?;
         if t.complete.contains(output) {
             return Ok(());
         }
@@ -372,6 +450,21 @@ impl Broadcaster {
         }
         Ok(())
     }
+}
+
+/// Queued frames and streams whose room the outgoing queue keeps once drained.
+const OUT_KEPT: usize = 32;
+
+/// Any chunking the sender chose: a non-empty chunk within an output of `size` bytes
+/// (the one chunk of an empty output is empty, at 0).
+fn check_chunk(size: u64, offset: u64, len: u64) -> Result<(), FrameError> {
+    if offset > size || (offset == size && size != 0) {
+        return Err(FrameError::Malformed("data offset out of place"));
+    }
+    if len > size - offset || (len == 0 && size != 0) {
+        return Err(FrameError::Malformed("data chunk of the wrong length"));
+    }
+    Ok(())
 }
 
 impl Protocol for Broadcaster {
@@ -427,6 +520,11 @@ impl Broadcaster {
     ) -> Result<Option<TransmitParts>, BufferTooShort> {
         loop {
             let Some(next) = self.out.front() else {
+                // A burst (a root pushing to many children at once queues a stream per
+                // child and output) leaves no lasting capacity behind.
+                if self.out.capacity() > OUT_KEPT {
+                    self.out.shrink_to(OUT_KEPT);
+                }
                 return Ok(None);
             };
             let (to, task, output, offset) = match next {

@@ -48,7 +48,8 @@ pub(super) struct TreeState {
     pub(super) source: Rank,
     /// Direct children already activated.
     pub(super) activated: HashSet<Rank>,
-    /// The rank the fetch set was last requested from.
+    /// The rank the fetch set was last requested from, or that pushes it (its
+    /// activation said data follows).
     pub(super) requested_from: Option<Rank>,
     pub(super) released: bool,
 }
@@ -279,7 +280,28 @@ pub(super) struct Task {
     /// Streams that caught up with the data this rank holds, waiting for more (woken
     /// by the next chunk of their output).
     pub(super) parked: Vec<Parked>,
+    /// Chunks that overtook the activation announcing their output's size (a pushed
+    /// stream over a transport that does not keep a pair's frames in order), checked
+    /// and added once the size is announced.
+    pub(super) early: Vec<Early>,
+    /// Payload bytes in `early` (at most [`Config::max_task_bytes`](super::Config)).
+    pub(super) early_bytes: u64,
     pub(super) abandoned: bool,
+}
+
+/// Where a data chunk says it belongs: its output, the output's size, its offset.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ChunkPlace {
+    pub(super) output: u32,
+    pub(super) total: u64,
+    pub(super) offset: u64,
+}
+
+/// A data chunk received before its output's size was announced, as it came.
+#[derive(Debug)]
+pub(super) struct Early {
+    pub(super) at: ChunkPlace,
+    pub(super) chunk: Bytes,
 }
 
 /// A stream of an output to a child, stopped at `offset` until the data past it

@@ -1,7 +1,7 @@
 //! The activation protocol over an in-test network that delivers frames in random
 //! order and notifies failures late, plus frame-level checks of peer input.
 
-use super::codec::put_set;
+use super::codec::{put_set, DATA_FOLLOWS};
 use super::*;
 use crate::spec::{OutputSpec, PlanSpec};
 use crate::topology::Topology;
@@ -36,10 +36,19 @@ struct Net {
     buf: Vec<u8>,
     delivered: usize,
     subtree_frames: usize,
+    /// Payload bytes delivered to a live rank, by (rank, output).
+    received: BTreeMap<(Rank, u32), u64>,
+    /// Requests delivered.
+    requests: usize,
 }
 
 impl Net {
     fn new(n: u32, seed: u64) -> Self {
+        Self::with_push(n, seed, true)
+    }
+
+    /// Ranks with [`Config::eager_push`] as given.
+    fn with_push(n: u32, seed: u64, eager_push: bool) -> Self {
         let mut chunks = SplitMix::new(seed ^ 0xc4);
         Net {
             n,
@@ -47,6 +56,7 @@ impl Net {
                 .map(|me| {
                     let mut cfg = Config::new(9, n, me);
                     cfg.chunk_bytes = [MAX_CHUNK, 1000, 4099][chunks.below(3) as usize];
+                    cfg.eager_push = eager_push;
                     Some(Broadcaster::new(cfg))
                 })
                 .collect(),
@@ -57,6 +67,8 @@ impl Net {
             buf: vec![0; wire::frame_capacity(n)],
             delivered: 0,
             subtree_frames: 0,
+            received: BTreeMap::new(),
+            requests: 0,
         }
     }
 
@@ -105,6 +117,15 @@ impl Net {
         let (from, to, bytes) = self.frames.swap_remove(k);
         self.delivered += 1;
         if let Some(m) = self.ranks[to as usize].as_mut() {
+            let ctx = wire::Context { comm: 9, n: self.n };
+            let (h, mut r) = Header::decode(&bytes, ctx, from).expect("frames of the test decode");
+            if h.kind == FrameKind::BcastData {
+                let output = r.varint_u32().expect("output");
+                r.varint().and(r.varint()).expect("total, offset");
+                let chunk = r.bytes().expect("chunk").len() as u64;
+                *self.received.entry((to, output)).or_default() += chunk;
+            }
+            self.requests += usize::from(h.kind == FrameKind::BcastRequest);
             match m.handle_message(Instant::ZERO, from, &bytes) {
                 Ok(()) | Err(FrameError::FromFailedRank(_)) => {}
                 Err(e) => panic!("rank {to} rejected a frame from {from}: {e}"),
@@ -137,6 +158,16 @@ impl Net {
 /// and checks every surviving destination released exactly its outputs, once per
 /// tree, byte-identical to the root's payloads.
 fn run(spec: PlanSpec, kills: &[(Rank, usize)], seed: u64) -> Result<usize, String> {
+    run_with(spec, kills, seed, true).map(|net| net.subtree_frames)
+}
+
+/// [`run`] with [`Config::eager_push`] as given at every rank; the network as it ended.
+fn run_with(
+    spec: PlanSpec,
+    kills: &[(Rank, usize)],
+    seed: u64,
+    eager_push: bool,
+) -> Result<Net, String> {
     let n = spec.ranks;
     let root = spec.root;
     let plan = Plan::build(spec).map_err(|e| format!("{e}"))?;
@@ -147,7 +178,7 @@ fn run(spec: PlanSpec, kills: &[(Rank, usize)], seed: u64) -> Result<usize, Stri
         .enumerate()
         .map(|(j, o)| payload(j, o.bytes))
         .collect();
-    let mut net = Net::new(n, seed);
+    let mut net = Net::with_push(n, seed, eager_push);
     net.ranks[root as usize]
         .as_mut()
         .unwrap()
@@ -224,7 +255,7 @@ fn run(spec: PlanSpec, kills: &[(Rank, usize)], seed: u64) -> Result<usize, Stri
             }
         }
     }
-    Ok(net.subtree_frames)
+    Ok(net)
 }
 
 fn topologies() -> [Topology; 4] {
@@ -567,9 +598,17 @@ fn request_frame(sender: Rank) -> Vec<u8> {
 /// An activation of `tree` of task 5 from `from` (whose only ancestor it is) that
 /// fetches outputs `0..sizes.len()` of the given sizes, with an empty subtree.
 fn activation_frame(from: Rank, tree: u32, sizes: &[u64]) -> Vec<u8> {
+    activation_frame_flags(from, tree, sizes, 0)
+}
+
+/// [`activation_frame`] with the given flags word.
+fn activation_frame_flags(from: Rank, tree: u32, sizes: &[u64], flags: u64) -> Vec<u8> {
     let fetch: OutputSet = (0..sizes.len() as u32).collect();
     let mut w = task5(FrameKind::BcastActivate, from);
-    w.put_varint(tree.into()).put_varint(1).put_rank(from);
+    w.put_varint(tree.into())
+        .put_varint(flags)
+        .put_varint(1)
+        .put_rank(from);
     put_set(&mut w, &fetch);
     put_set(&mut w, &fetch);
     for &size in sizes {
@@ -814,5 +853,300 @@ proptest! {
         let mut buf = vec![0; wire::frame_capacity(50)];
         while m.poll_transmit(Instant::ZERO, &mut buf).expect("frame_capacity fits").is_some() {}
         while m.poll_event().is_some() {}
+    }
+}
+
+/// The bytes of every output each rank fetches in `plan` (the union of its incoming
+/// edges), by (rank, output).
+fn fetched_bytes(plan: &Plan) -> BTreeMap<(Rank, u32), u64> {
+    let mut want = BTreeMap::new();
+    for k in 0..plan.trees().len() {
+        for e in plan.tree_edges(k) {
+            for j in e.outputs.iter() {
+                want.insert((e.child, j), plan.spec().outputs[j as usize].bytes);
+            }
+        }
+    }
+    want
+}
+
+#[test]
+fn failure_free_every_destination_receives_each_payload_byte_once() {
+    // Eager push, random delivery order (so data often overtakes its activation):
+    // with nothing failing, each rank receives exactly the bytes of the outputs it
+    // fetches, each once, and nobody sends a request. Pull only gives the same bytes
+    // through one request per activated rank and tree.
+    for strategy in Strategy::ALL {
+        for topology in topologies() {
+            for seed in 0..6 {
+                let spec = PlanSpec::new(9, 2)
+                    .with_strategy(strategy)
+                    .with_topology(topology)
+                    .with_output(OutputSpec::new(
+                        "A",
+                        3 * MAX_CHUNK as u64 + 17,
+                        vec![0, 1, 4, 5, 8],
+                    ))
+                    .with_output(OutputSpec::new("B", 5000, vec![1, 3, 5, 7]))
+                    .with_output(OutputSpec::new("C", 0, vec![6]))
+                    .with_output(OutputSpec::new("D", 1, vec![0, 3, 6, 8]));
+                let plan = Plan::build(spec.clone()).unwrap();
+                let want = fetched_bytes(&plan);
+                let empty: Vec<(Rank, u32)> = want
+                    .iter()
+                    .filter(|(_, &b)| b == 0)
+                    .map(|(&k, _)| k)
+                    .collect();
+                for push in [true, false] {
+                    let net = run_with(spec.clone(), &[], seed, push)
+                        .unwrap_or_else(|e| panic!("{strategy} {topology} push {push}: {e}"));
+                    let mut got = net.received.clone();
+                    // An empty output's one chunk carries no byte: count it as present.
+                    for k in &empty {
+                        assert_eq!(got.get(k), Some(&0), "{k:?}: its empty chunk");
+                    }
+                    got.retain(|_, b| *b > 0);
+                    let mut nonempty = want.clone();
+                    nonempty.retain(|_, b| *b > 0);
+                    assert_eq!(
+                        got, nonempty,
+                        "{strategy} {topology} seed {seed} push {push}"
+                    );
+                    let activated: usize = (0..plan.trees().len())
+                        .map(|k| plan.tree_edges(k).count())
+                        .sum();
+                    let requests = if push { 0 } else { activated };
+                    assert_eq!(net.requests, requests, "{strategy} {topology} push {push}");
+                }
+            }
+        }
+    }
+}
+
+/// Delivers the network round by round (every frame in flight at the start of a round
+/// is delivered in it, in random order): the rounds until nothing is left, i.e. the
+/// message delays on the longest causal chain.
+fn rounds(spec: PlanSpec, eager_push: bool) -> usize {
+    let plan = Plan::build(spec).unwrap();
+    let payloads: Vec<Vec<u8>> = (plan.spec().outputs.iter().enumerate())
+        .map(|(j, o)| payload(j, o.bytes))
+        .collect();
+    let mut net = Net::with_push(plan.spec().ranks, 3, eager_push);
+    let root = plan.spec().root;
+    net.ranks[root as usize]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, payloads.clone())
+        .unwrap();
+    net.drain(root);
+    let mut rounds = 0;
+    while !net.frames.is_empty() {
+        rounds += 1;
+        let mut this_round = core::mem::take(&mut net.frames);
+        while !this_round.is_empty() {
+            let k = net.rng.below(this_round.len() as u64) as usize;
+            // Delivered from the end of `frames`, behind which `deliver` queues what
+            // the receiver sends: the next round's frames.
+            let at = net.frames.len();
+            net.frames.push(this_round.swap_remove(k));
+            net.deliver(at);
+        }
+    }
+    for (j, o) in plan.spec().outputs.iter().enumerate() {
+        for &d in &o.dests {
+            let m = net.ranks[d as usize].as_ref().unwrap();
+            assert_eq!(m.output(5, j as u32), Some(&payloads[j][..]), "rank {d}");
+        }
+    }
+    rounds
+}
+
+#[test]
+fn eager_push_costs_one_message_delay_per_tree_level() {
+    // A chain of 5 (depth 4), one output of three chunks: each level is one delay
+    // with push (activation and data together). Pull pays two more in all: a relay
+    // activates its children at once, so the activations run one level a delay ahead
+    // and each child's request and the data behind it add two delays at the last level
+    // (the data itself moves one level a delay, pipelined).
+    let chain = || {
+        PlanSpec::new(5, 0)
+            .with_topology(Topology::Chain)
+            .with_output(OutputSpec::new("A", 3 * MAX_CHUNK as u64, vec![1, 2, 3, 4]))
+    };
+    assert_eq!(rounds(chain(), true), 4);
+    assert_eq!(rounds(chain(), false), 6);
+    // Binomial over 8 ranks (depth 3).
+    let binomial = PlanSpec::new(8, 0)
+        .with_topology(Topology::Binomial)
+        .with_output(OutputSpec::new("A", 70_000, (1..8).collect::<Vec<Rank>>()));
+    assert_eq!(rounds(binomial.clone(), true), 3);
+    assert_eq!(rounds(binomial, false), 5);
+}
+
+#[test]
+fn pull_only_ranks_repair_and_deliver_as_before() {
+    // The pull-only mode stays correct under kills (the random proptest runs the
+    // default, eager push).
+    for strategy in Strategy::ALL {
+        for at in 0..12 {
+            let spec = PlanSpec::new(5, 0)
+                .with_strategy(strategy)
+                .with_topology(Topology::Chain)
+                .with_output(OutputSpec::new(
+                    "big",
+                    3 * MAX_CHUNK as u64 + 17,
+                    vec![1, 2, 3, 4],
+                ))
+                .with_output(OutputSpec::new("small", 10, vec![3]));
+            run_with(spec, &[(1, at), (3, 2 * at)], at as u64, false)
+                .unwrap_or_else(|e| panic!("{strategy} at {at}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn data_that_overtakes_its_activation_is_kept_then_used_without_a_request() {
+    let size = 3 * MAX_CHUNK as u64 + 5;
+    let data = payload(0, size);
+    let chunk = |offset: u64| {
+        let end = (offset + MAX_CHUNK as u64).min(size);
+        let mut w = task5(FrameKind::BcastData, 0);
+        w.put_varint(0)
+            .put_varint(size)
+            .put_varint(offset)
+            .put_bytes(&data[offset as usize..end as usize]);
+        w.finish()
+    };
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    for k in [2, 0] {
+        m.handle_message(Instant::ZERO, 0, &chunk(k * MAX_CHUNK as u64))
+            .unwrap();
+    }
+    assert_eq!(
+        m.held_bytes(),
+        2 * MAX_CHUNK,
+        "kept, counted, not yet an output"
+    );
+    assert_eq!(m.output(5, 0), None);
+    m.handle_message(
+        Instant::ZERO,
+        0,
+        &activation_frame_flags(0, 0, &[size], DATA_FOLLOWS),
+    )
+    .unwrap();
+    let mut buf = vec![0; wire::frame_capacity(3)];
+    assert!(
+        m.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_none(),
+        "data follows: no request"
+    );
+    assert_eq!(m.tasks[&5].early_bytes, 0);
+    for k in [1, 3] {
+        m.handle_message(Instant::ZERO, 0, &chunk(k * MAX_CHUNK as u64))
+            .unwrap();
+    }
+    assert_eq!(m.output(5, 0), Some(&data[..]));
+    assert_eq!(m.held_bytes(), size as usize);
+    assert_eq!(
+        m.poll_event(),
+        Some(BcastEvent::Released {
+            task: 5,
+            tree: 0,
+            outputs: OutputSet::single(0)
+        })
+    );
+    // Once forgotten, a late chunk (the rest of a repair stream) is dropped, not kept.
+    m.forget(5);
+    m.handle_message(Instant::ZERO, 0, &chunk(0)).unwrap();
+    assert_eq!(m.held_bytes(), 0);
+    assert!(m.tasks.is_empty());
+}
+
+#[test]
+fn early_data_is_bounded_and_checked_against_its_later_activation() {
+    let mut cfg = Config::new(9, 3, 1);
+    cfg.max_task_bytes = 2 * MAX_CHUNK as u64;
+    cfg.max_output_bytes = 4 * MAX_CHUNK as u64;
+    let mut m = Broadcaster::new(cfg);
+    let total = 4 * MAX_CHUNK as u64;
+    for k in 0..2 {
+        m.handle_message(
+            Instant::ZERO,
+            0,
+            &data_frame(0, 0, total, k * MAX_CHUNK as u64),
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &data_frame(0, 1, total, 0)),
+        Err(FrameError::Malformed(
+            "more data before its activation than the configured limit"
+        ))
+    );
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &data_frame(0, 1, total + 1, 0)),
+        Err(FrameError::Malformed(
+            "output larger than the configured limit"
+        ))
+    );
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &data_frame(0, 4096, 10, 0)),
+        Err(FrameError::Malformed("output index over the limit"))
+    );
+    assert_eq!(m.held_bytes(), 2 * MAX_CHUNK);
+    // The activation announces another size: the kept chunks do not match it and are
+    // dropped, the activation itself stands (and, not pushed, asks for the data).
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[1000]))
+        .unwrap();
+    assert_eq!(m.held_bytes(), 0);
+    let mut buf = vec![0; wire::frame_capacity(3)];
+    let request = m.poll_transmit(Instant::ZERO, &mut buf).unwrap().unwrap();
+    assert_eq!((request.to, buf[1]), (0, FrameKind::BcastRequest as u8));
+}
+
+#[test]
+fn unknown_activation_flags_are_refused() {
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 0, &activation_frame_flags(0, 0, &[10], 2)),
+        Err(FrameError::Malformed("unknown activation flags"))
+    );
+    assert!(m.tasks.is_empty());
+}
+
+#[test]
+fn a_request_for_an_output_being_pushed_starts_no_second_stream() {
+    // Star 0 -> {1, 2}: the root pushes A to both; a request from 1 for A (before or
+    // after its push started) is merged into the push: 1 gets A's bytes once.
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Star)
+        .with_output(OutputSpec::new("A", 2 * MAX_CHUNK as u64, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    for when in [0, 1, 2, 5] {
+        let mut root = Broadcaster::new(Config::new(9, 3, 0));
+        let mut buf = vec![0; wire::frame_capacity(3)];
+        root.start_broadcast(
+            Instant::ZERO,
+            5,
+            &plan,
+            vec![payload(0, 2 * MAX_CHUNK as u64)],
+        )
+        .unwrap();
+        let mut to_1 = 0u64;
+        let mut polls = 0;
+        loop {
+            if polls == when {
+                root.handle_message(Instant::ZERO, 1, &request_frame(1))
+                    .unwrap();
+            }
+            let Some(t) = root.poll_transmit_parts(Instant::ZERO, &mut buf).unwrap() else {
+                break;
+            };
+            polls += 1;
+            if t.to == 1 {
+                to_1 += t.payload.map_or(0, |p| p.len() as u64);
+            }
+        }
+        assert!(polls > when, "the request came in mid-push");
+        assert_eq!(to_1, 2 * MAX_CHUNK as u64, "request after {when} frames");
     }
 }
