@@ -30,7 +30,13 @@
 //!   ([`ft_core::wire::frame_capacity`]). MPI matches an arriving message to the
 //!   earliest posted receive that fits, so the ring's head is always the first to be
 //!   matched: [`MpiTransport::try_recv`] tests the head alone (`MPI_Test`), lends its
-//!   frame out, and re-posts it at the next call before moving to the next slot. So
+//!   frame out, and re-posts it at the next call before moving to the next slot. A
+//!   frame of at least [`HAND_OVER_FROM`] bytes (a broadcast chunk) is handed over
+//!   instead ([`Received::Owned`]): the slot's buffer becomes the frame's [`Bytes`],
+//!   which the broadcaster keeps and forwards from without a copy, and the slot is
+//!   re-posted with a new buffer (an allocation per such frame, in place of a copy of
+//!   it; a pool cannot take buffers back once `Bytes` owns them). Smaller frames
+//!   (control frames) are lent as before, allocating nothing. So
 //!   frames are handed on in the order MPI matched them, and frames from one sender
 //!   keep their order (MPI's non-overtaking rule), as with a probe per frame. A longer
 //!   message is truncated by MPI (`MPI_ERR_TRUNCATE`) and reported as
@@ -44,7 +50,10 @@
 //!   re-posted, as if the sender had died before sending it.
 //!
 //! Invariants: every buffer handed to MPI stays alive, unmoved, until its request
-//! completes or the transport is dropped. The ring's slots are posted in ring order
+//! completes or the transport is dropped. A ring buffer is a `Vec` of at least the
+//! frame capacity whose length is 0 while its receive is posted and, once the receive
+//! completed, the count MPI wrote (never more than its capacity): only bytes MPI
+//! wrote are ever read, and new buffers are never zeroed. The ring's slots are posted in ring order
 //! (a slot is re-posted before the head moves past it), which is what makes the head
 //! the first to match. Drop waits for nothing: it cancels the posted receives and frees
 //! requests that are still pending with `MPI_Request_free`, which lets MPI finish or
@@ -70,6 +79,20 @@ pub const SPARE_BUFFERS: usize = 64;
 /// Any-source receives kept posted, each with a buffer of
 /// [`ft_core::wire::frame_capacity`] bytes (about 66 KiB): about 0.5 MiB per rank.
 pub const RECV_SLOTS: usize = 8;
+
+/// Received frames of at least this many bytes are handed over
+/// ([`Received::Owned`]), shorter ones lent ([`Received::Frame`]).
+///
+/// Why 4 KiB: handing a frame over costs an allocation (its new receive buffer, not
+/// zeroed, about 0.1 µs) and, when the frame fills less than half its buffer, a
+/// shrinking `realloc` (in place with glibc), while lending costs the receiver a copy
+/// of the chunk (about 0.1 µs per KiB at a few GB/s): they break even around 1 KiB.
+/// The library's control frames (detector, agreement, activation, request) stay below
+/// 4 KiB up to thousands of ranks (a rank set takes n/8 bytes, a subtree entry a few),
+/// so they keep the lent path with no allocation per frame; data chunks of 4 KiB and
+/// more are not copied. A larger control frame is handed over too, which is correct,
+/// only not free.
+pub const HAND_OVER_FROM: usize = 4096;
 
 /// Payloads of [`MpiTransport::send_parts`] shorter than this are copied after the
 /// header rather than described by a datatype.
@@ -125,6 +148,10 @@ pub struct TransportStats {
     /// Payload bytes of [`MpiTransport::send_parts`] copied into a send buffer
     /// (payloads shorter than [`COPY_BELOW`]).
     pub payload_bytes_copied: u64,
+    /// Received frames handed over ([`Received::Owned`], at least
+    /// [`HAND_OVER_FROM`] bytes), each costing a new receive buffer; the rest of
+    /// [`TransportStats::received`] were lent.
+    pub frames_handed_over: u64,
 }
 
 /// A pending send: the buffer MPI reads (a whole frame, or the header of a
@@ -140,7 +167,10 @@ struct Sending {
 struct RecvRing {
     /// One request per slot; `MPI_REQUEST_NULL` while the slot is not posted.
     requests: Vec<ffi::MPI_Request>,
-    buffers: Vec<Box<[u8]>>,
+    /// One per slot, of capacity at least `capacity`: see the module's invariants.
+    buffers: Vec<Vec<u8>>,
+    /// The bytes each receive may take: the largest frame of the communicator.
+    capacity: usize,
     /// The slot posted first among those posted: the next to match.
     head: usize,
     /// The head's frame was lent out (or lost): it must be re-posted, and the head
@@ -199,8 +229,9 @@ impl MpiTransport {
             ring: RecvRing {
                 requests: vec![null_request(); RECV_SLOTS],
                 buffers: (0..RECV_SLOTS)
-                    .map(|_| vec![0; capacity].into_boxed_slice())
+                    .map(|_| Vec::with_capacity(capacity))
                     .collect(),
+                capacity,
                 head: 0,
                 repost: false,
             },
@@ -499,11 +530,14 @@ impl MpiTransport {
     /// Posts the any-source receive of ring slot `slot`; returns MPI's code.
     fn post_recv(&mut self, slot: usize) -> c_int {
         let buffer = &mut self.ring.buffers[slot];
+        buffer.clear();
+        debug_assert!(buffer.capacity() >= self.ring.capacity);
         // Frame capacities are far below i32::MAX.
-        let capacity = buffer.len() as c_int;
-        // SAFETY: the buffer holds `capacity` bytes and stays alive and unmoved (a boxed
-        // slice in the ring) until the request completes, is cancelled, or the
-        // transport is dropped (which leaks a buffer still posted).
+        let capacity = self.ring.capacity as c_int;
+        // SAFETY: the buffer has room for `capacity` bytes (its capacity, uninitialised
+        // memory MPI only writes) and stays alive and unmoved (its `Vec` stays in the
+        // ring, unresized, while posted) until the request completes, is cancelled, or
+        // the transport is dropped (which leaks a buffer still posted).
         unsafe {
             ffi::MPI_Irecv(
                 buffer.as_mut_ptr().cast::<c_void>(),
@@ -553,12 +587,32 @@ impl MpiTransport {
                 })?;
                 let len = usize::try_from(count)
                     .unwrap_or(0)
-                    .min(self.ring.buffers[head].len());
+                    .min(self.ring.capacity);
+                let buffer = &mut self.ring.buffers[head];
+                // SAFETY: the receive completed with `count` bytes, which MPI wrote at
+                // the start of the buffer; `len` is no more than that nor than its
+                // capacity.
+                unsafe { buffer.set_len(len) };
                 self.ring.repost = true;
                 self.stats.received += 1;
-                return Ok(Some(Received::Frame {
+                if len < HAND_OVER_FROM {
+                    return Ok(Some(Received::Frame {
+                        from,
+                        bytes: &self.ring.buffers[head],
+                    }));
+                }
+                // Handed over: the slot is re-posted (next call) with a new buffer.
+                let fresh = Vec::with_capacity(self.ring.capacity);
+                let mut frame = std::mem::replace(&mut self.ring.buffers[head], fresh);
+                if frame.capacity() - len > len {
+                    // A frame held for as long as its chunk keeps at most twice its
+                    // length.
+                    frame.shrink_to_fit();
+                }
+                self.stats.frames_handed_over += 1;
+                return Ok(Some(Received::Owned {
                     from,
-                    bytes: &self.ring.buffers[head][..len],
+                    frame: Bytes::from(frame),
                 }));
             }
             let class = error_class(code);
@@ -575,7 +629,7 @@ impl MpiTransport {
             self.free_failed_recv(head);
             self.ring.repost = true;
             if class == ffi::MPI_ERR_TRUNCATE as c_int {
-                let capacity = self.ring.buffers[head].len();
+                let capacity = self.ring.capacity;
                 let mut count: c_int = 0;
                 // SAFETY: `status` describes the completed (truncated) receive.
                 unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };

@@ -247,6 +247,41 @@ impl RankStack {
 
     // ----- internals -----
 
+    /// Decodes the header of `bytes` (the very bytes of `frame`, if the frame was handed
+    /// over) once and hands the frame to its layer: see the [module docs](self).
+    fn route(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        bytes: &[u8],
+        frame: Option<&Bytes>,
+    ) -> Result<(), FrameError> {
+        if self.node.is_stopped() {
+            return Ok(());
+        }
+        let context = Context {
+            comm: self.bcast_config.comm,
+            n: self.bcast_config.n,
+        };
+        // One decode serves every layer: each takes the checked header and the payload.
+        let (header, payload) = Header::decode(bytes, context, from)?;
+        if header.kind.family() == Family::Bcast {
+            // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
+            if self.node.detector().known_dead().contains(header.sender) {
+                return Err(FrameError::FromFailedRank(header.sender));
+            }
+            let bcast = self.broadcaster_mut(now);
+            match frame {
+                Some(frame) => bcast.handle_frame_owned(now, &header, payload, frame),
+                None => bcast.handle_frame(now, &header, payload),
+            }
+        } else {
+            let result = self.node.handle_frame(now, &header, payload);
+            self.absorb_node(now);
+            result
+        }
+    }
+
     /// The broadcaster, created (knowing every rank the node knows dead) if need be.
     fn broadcaster_mut(&mut self, now: Instant) -> &mut Broadcaster {
         let (node, config) = (&self.node, self.bcast_config);
@@ -319,27 +354,18 @@ impl Protocol for RankStack {
     type Event = StackEvent;
 
     fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
-        if self.node.is_stopped() {
-            return Ok(());
-        }
-        let context = Context {
-            comm: self.bcast_config.comm,
-            n: self.bcast_config.n,
-        };
-        // One decode serves every layer: each takes the checked header and the payload.
-        let (header, payload) = Header::decode(bytes, context, from)?;
-        if header.kind.family() == Family::Bcast {
-            // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
-            if self.node.detector().known_dead().contains(header.sender) {
-                return Err(FrameError::FromFailedRank(header.sender));
-            }
-            self.broadcaster_mut(now)
-                .handle_frame(now, &header, payload)
-        } else {
-            let result = self.node.handle_frame(now, &header, payload);
-            self.absorb_node(now);
-            result
-        }
+        self.route(now, from, bytes, None)
+    }
+
+    /// Broadcast frames go to [`Broadcaster::handle_frame_owned`], which keeps a data
+    /// chunk as a slice of `frame`; the node's frames are read as lent.
+    fn handle_message_owned(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        frame: Bytes,
+    ) -> Result<(), FrameError> {
+        self.route(now, from, &frame, Some(&frame))
     }
 
     fn handle_timeout(&mut self, now: Instant) {

@@ -27,6 +27,13 @@
 //! broadcaster and the stacks that hold it) implement the split form; a backend that
 //! wants one contiguous frame keeps calling `poll_transmit` and needs no change.
 //!
+//! **Owned frames.** A backend whose receive buffer can become the frame itself (a
+//! transport that hands a completed receive buffer over instead of lending it) feeds
+//! it with [`Protocol::handle_message_owned`]: a machine that keeps bulk data (a
+//! broadcast chunk) then keeps it as a shared slice of that frame instead of copying it
+//! out. The frame is the same bytes either way, and so is the machine's answer; the
+//! default borrows it and calls [`Protocol::handle_message`].
+//!
 //! Time passed in only moves forward; a machine treats an `Instant` earlier than one it
 //! saw as equal to it, and a `handle_timeout` that comes early does nothing.
 
@@ -88,6 +95,19 @@ pub trait Protocol {
     /// Feeds one frame received from `from`. A rejected frame changes nothing and its
     /// error says why (the backend may log it; it must not stop the rank).
     fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError>;
+
+    /// [`Protocol::handle_message`] with the frame handed over, shared: a machine may
+    /// keep slices of `frame` (bulk data) instead of copying them (see the
+    /// [module docs](self)). Same contract and same outcome as `handle_message` on
+    /// the same bytes. The default borrows the frame and calls `handle_message`.
+    fn handle_message_owned(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        frame: Bytes,
+    ) -> Result<(), FrameError> {
+        self.handle_message(now, from, &frame)
+    }
 
     /// Tells the machine the clock reached `now`; timers due by then fire.
     fn handle_timeout(&mut self, now: Instant);

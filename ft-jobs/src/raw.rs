@@ -91,8 +91,9 @@ impl<T: Transport> Raw<T> {
     /// driver, a data frame copied into `scratch` (and reported).
     fn receive(&mut self, scratch: &mut Vec<u8>) -> Result<Got, String> {
         self.transport.progress().map_err(|e| e.to_string())?;
-        match self.transport.try_recv().map_err(|e| e.to_string())? {
-            Some(Received::Frame { from, bytes }) => {
+        let got = self.transport.try_recv().map_err(|e| e.to_string())?;
+        match got.as_ref().and_then(Received::frame) {
+            Some((from, bytes)) => {
                 if let Some((kind, tag, round)) = parse_raw(bytes) {
                     *self.arrived.entry((kind, tag, round, from)).or_default() += 1;
                     Ok(Got::Control)
@@ -105,7 +106,7 @@ impl<T: Transport> Raw<T> {
                     Ok(Got::Control)
                 }
             }
-            Some(Received::Oversized { .. }) => Ok(Got::Control),
+            None if got.is_some() => Ok(Got::Control), // oversized, discarded
             None => Ok(Got::Nothing),
         }
     }

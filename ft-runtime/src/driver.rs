@@ -12,7 +12,10 @@
 //! transport until the next timer when the transport wakes on arrival (libfabric's
 //! completion-queue wait object), else in naps of at most the idle sleep (MPI).
 //!
-//! Frames go out through [`Protocol::poll_transmit_parts`]: control frames as one
+//! Frames come in as the transport gives them: a lent frame through
+//! [`Protocol::handle_message`], a frame handed over ([`Received::Owned`]) through
+//! [`Protocol::handle_message_owned`], so a broadcast chunk in it is kept without a
+//! copy. Frames go out through [`Protocol::poll_transmit_parts`]: control frames as one
 //! slice of the driver's buffer ([`Transport::send`]), broadcast chunks as a head in
 //! that buffer plus the payload shared with the machine ([`Transport::send_parts`]), so
 //! the driver and the machine copy no payload byte; [`DriverStats`] counts the payload
@@ -99,6 +102,9 @@ pub struct DriverStats {
     /// machine copies none on this path: the driver drains
     /// [`Protocol::poll_transmit_parts`], where chunks stay slices of their buffer.
     pub payload_bytes_copied: u64,
+    /// Frames the transport handed over ([`Received::Owned`]) and the driver passed on
+    /// whole ([`Protocol::handle_message_owned`]); the rest were lent.
+    pub frames_owned: u64,
 }
 
 /// One rank's machine `P` driven over the transport `T`: see the [module docs](self).
@@ -235,6 +241,13 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                 Some(Received::Frame { from, bytes }) => {
                     busy = true;
                     hand_over(&mut self.machine, &mut self.stats, now, from, bytes);
+                }
+                Some(Received::Owned { from, frame }) => {
+                    busy = true;
+                    self.stats.frames_owned += 1;
+                    if self.machine.handle_message_owned(now, from, frame).is_err() {
+                        self.stats.rejected += 1;
+                    }
                 }
                 Some(Received::Oversized { .. }) => {
                     busy = true;

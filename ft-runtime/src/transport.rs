@@ -18,6 +18,17 @@ pub enum Received<'a> {
         /// The frame's bytes.
         bytes: &'a [u8],
     },
+    /// A frame from `from`, handed over: the receiver may keep slices of it (a
+    /// broadcast chunk) instead of copying them
+    /// ([`ft_core::Protocol::handle_message_owned`]). A transport hands over a frame
+    /// whose receive buffer it can give up (and replace), typically a large one; the
+    /// bytes are the frame's, exactly as [`Received::Frame`] would have lent them.
+    Owned {
+        /// The sending rank.
+        from: Rank,
+        /// The frame.
+        frame: Bytes,
+    },
     /// A message longer than any frame of this communicator arrived from `from` and was
     /// discarded.
     Oversized {
@@ -26,6 +37,18 @@ pub enum Received<'a> {
         /// Its length.
         len: usize,
     },
+}
+
+impl Received<'_> {
+    /// The sender and the bytes of a frame, lent or handed over; `None` for
+    /// [`Received::Oversized`].
+    pub fn frame(&self) -> Option<(Rank, &[u8])> {
+        match self {
+            Received::Frame { from, bytes } => Some((*from, bytes)),
+            Received::Owned { from, frame } => Some((*from, frame)),
+            Received::Oversized { .. } => None,
+        }
+    }
 }
 
 /// Frames between the ranks of one communicator.
@@ -72,7 +95,8 @@ pub trait Transport {
     fn forget_peer(&mut self, rank: Rank) {
         let _ = rank;
     }
-    /// Receives one frame if one has arrived.
+    /// Receives one frame if one has arrived: lent ([`Received::Frame`], valid until
+    /// the next call) or handed over ([`Received::Owned`]), as the transport chooses.
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error>;
     /// Completes finished sends (freeing their buffers).
     fn progress(&mut self) -> Result<(), Self::Error>;

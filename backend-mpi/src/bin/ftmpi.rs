@@ -612,7 +612,7 @@ fn send_parts(
                 ));
             }
             if let Some(got) = transport.try_recv().map_err(|e| e.to_string())? {
-                if !matches!(got, Received::Frame { bytes: b"done", .. }) {
+                if !matches!(got.frame(), Some((_, b"done"))) {
                     return Err(format!("rank 0 got {got:?}, not an answer"));
                 }
             }
@@ -645,7 +645,7 @@ fn send_parts(
             let Some(got) = transport.try_recv().map_err(|e| e.to_string())? else {
                 continue;
             };
-            let Received::Frame { from: 0, bytes } = got else {
+            let Some((0, bytes)) = got.frame() else {
                 return Err(format!("rank {me} got {got:?}, not a frame from rank 0"));
             };
             let (way, index) = (checked / frames, checked % frames);

@@ -19,10 +19,11 @@
 use alloc::vec::Vec;
 use hashbrown::{HashMap, HashSet};
 
+use bytes::Bytes;
 use ft_core::wire::{self, FrameKind, Header, Reader, Writer};
 use ft_core::{FrameError, Instant, Rank};
 
-use super::state::{ChunkPlace, Entry, TreeState};
+use super::state::{Chunk, ChunkPlace, Entry, TreeState};
 use super::Broadcaster;
 use crate::outputs::OutputSet;
 
@@ -133,9 +134,36 @@ impl Broadcaster {
     /// [`Protocol::handle_message`](ft_core::Protocol::handle_message) without decoding the header a second time.
     pub fn handle_frame(
         &mut self,
+        now: Instant,
+        h: &Header,
+        r: Reader<'_>,
+    ) -> Result<(), FrameError> {
+        self.decode_frame(now, h, r, None)
+    }
+
+    /// [`Broadcaster::handle_frame`] for a frame handed over whole: `r` reads `frame`
+    /// (positioned after the header), and a data chunk is kept as a slice of `frame`,
+    /// not copied ([`BcastStats::received_bytes_in_place`](super::BcastStats)). The
+    /// outcome is the same as `handle_frame` on the same bytes. If `r` does not read
+    /// `frame` (a caller's mistake), the chunk is copied as from a borrowed frame.
+    pub fn handle_frame_owned(
+        &mut self,
+        now: Instant,
+        h: &Header,
+        r: Reader<'_>,
+        frame: &Bytes,
+    ) -> Result<(), FrameError> {
+        self.decode_frame(now, h, r, Some(frame))
+    }
+
+    /// Decodes and serves one frame; a data chunk is kept from `frame` when it lies
+    /// within it, else copied.
+    fn decode_frame(
+        &mut self,
         _now: Instant,
         h: &Header,
         mut r: Reader<'_>,
+        frame: Option<&Bytes>,
     ) -> Result<(), FrameError> {
         let from = h.sender;
         if self.dead.contains(from) {
@@ -214,7 +242,7 @@ impl Broadcaster {
                     total,
                     offset,
                 };
-                self.on_data(h.epoch, at, chunk)
+                self.on_data(h.epoch, at, Chunk::of_frame(frame, chunk))
             }
             other => Err(FrameError::UnexpectedKind(other as u8)),
         }

@@ -85,10 +85,14 @@
 //! the caller's buffer, and [`Broadcaster::stats`] counts those bytes. On the wire both
 //! give the same frame: `BcastData` is its fields then the chunk's bytes at the end.
 //! Copies left on the receiving side, per received payload byte: the transport's
-//! delivery into its receive buffer (outside this crate), one copy out of that buffer
-//! when the frame is handed in as a borrowed slice, and one when a multi-chunk output
-//! is complete and assembled into one buffer for [`Broadcaster::output`] (none for an
-//! output that came in one chunk).
+//! delivery into its receive buffer (outside this crate); one copy out of that buffer
+//! when the frame is lent ([`Protocol::handle_message`](ft_core::Protocol::handle_message)),
+//! none when the transport hands the frame over
+//! ([`Protocol::handle_message_owned`](ft_core::Protocol::handle_message_owned)): the
+//! chunk is then kept, and forwarded, as a slice of the frame (its whole buffer stays
+//! alive while the chunk is held); and one when a multi-chunk output is complete and
+//! assembled into one buffer for [`Broadcaster::output`] (none for an output that came
+//! in one chunk). [`BcastStats`] counts the received bytes kept in place and copied.
 //!
 //! **Layout.** `codec`: the typed frames (activation with its flags, subtree part,
 //! request, data) and their encoding and decoding; `state`: a broadcast's state at this
@@ -165,7 +169,8 @@ impl Config {
     }
 }
 
-/// What a broadcaster sent of its payloads, to count copies on the sending side.
+/// What a broadcaster sent and kept of the payloads, to count its copies on the sending
+/// and the receiving side.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BcastStats {
     /// Payload bytes of the data chunks this rank sent (as root or relay).
@@ -175,6 +180,15 @@ pub struct BcastStats {
     /// rather than as a shared slice through
     /// [`Protocol::poll_transmit_parts`](ft_core::Protocol::poll_transmit_parts).
     pub payload_bytes_copied: u64,
+    /// Payload bytes of the data chunks this rank received and kept as slices of the
+    /// frame they came in: frames handed over with
+    /// [`Protocol::handle_message_owned`](ft_core::Protocol::handle_message_owned)
+    /// (no copy by the machine). Chunks dropped as duplicates count in neither field.
+    pub received_bytes_in_place: u64,
+    /// Payload bytes of the data chunks this rank received and kept by copying them
+    /// out of a frame lent with
+    /// [`Protocol::handle_message`](ft_core::Protocol::handle_message).
+    pub received_bytes_copied: u64,
 }
 
 /// What the broadcaster reports to the application.
@@ -357,7 +371,7 @@ impl Broadcaster {
         t.buffers.get(&index)?.whole()
     }
 
-    /// What this rank sent of its payloads so far.
+    /// What this rank sent, and kept of what it received, of the payloads so far.
     pub fn stats(&self) -> BcastStats {
         self.stats
     }

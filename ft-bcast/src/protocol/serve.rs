@@ -23,7 +23,7 @@ use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, Tra
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
-    absorb_parts, missing_from, validate_entries, ChunkPlace, Early, Entry, Outgoing, Parked,
+    absorb_parts, missing_from, validate_entries, Chunk, ChunkPlace, Early, Entry, Outgoing, Parked,
     TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
@@ -296,15 +296,19 @@ impl Broadcaster {
         t.early_bytes = kept.iter().map(|e| e.chunk.len() as u64).sum();
         t.early = kept;
         for e in ready {
-            let len = e.chunk.len();
-            let _ = self.on_data_bytes(task, e.at, len, || e.chunk);
+            let _ = self.on_data(task, e.at, Chunk::Held(e.chunk));
         }
     }
 
     /// Keeps a chunk whose output's size is not announced yet (its activation was
     /// overtaken): checked against the limits alone, and at most
     /// [`Config::max_task_bytes`](super::Config) of such chunks per broadcast.
-    fn keep_early(&mut self, task: u32, at: ChunkPlace, chunk: Bytes) -> Result<(), FrameError> {
+    fn keep_early(
+        &mut self,
+        task: u32,
+        at: ChunkPlace,
+        chunk: Chunk<'_>,
+    ) -> Result<(), FrameError> {
         let (output, total, len) = (at.output, at.total, chunk.len());
         if output >= self.cfg.max_outputs {
             return Err(FrameError::Malformed("output index over the limit"));
@@ -329,6 +333,7 @@ impl Broadcaster {
             ));
         }
         t.early_bytes += len as u64;
+        let chunk = chunk.keep(&mut self.stats);
         t.early.push(Early { at, chunk });
         Ok(())
     }
@@ -381,24 +386,15 @@ impl Broadcaster {
         Ok(())
     }
 
+    /// A data chunk `at` its place in output `at.output` of `task`: checked, then kept
+    /// (as [`Chunk::keep`] says) if this rank lacks it; the streams it unblocks go on.
     pub(super) fn on_data(
         &mut self,
         task: u32,
         at: ChunkPlace,
-        chunk: &[u8],
+        chunk: Chunk<'_>,
     ) -> Result<(), FrameError> {
-        self.on_data_bytes(task, at, chunk.len(), || Bytes::copy_from_slice(chunk))
-    }
-
-    /// [`Broadcaster::on_data`] with the chunk's bytes produced only once it is checked
-    /// and wanted (`len` is its length).
-    fn on_data_bytes(
-        &mut self,
-        task: u32,
-        at: ChunkPlace,
-        len: usize,
-        chunk: impl FnOnce() -> Bytes,
-    ) -> Result<(), FrameError> {
+        let len = chunk.len();
         let ChunkPlace {
             output,
             total,
@@ -407,9 +403,7 @@ impl Broadcaster {
         let announced = self.tasks.get(&task).and_then(|t| t.sizes.get(&output));
         let Some(&size) = announced else {
             // Its activation (sent before it) was overtaken: keep it until then.
-            // (A copy of a chunk that may be refused: rare, and it saves threading the
-            // lazy chunk through.)
-            return self.keep_early(task, at, chunk());
+            return self.keep_early(task, at, chunk);
         };
         let Some(t) = self.tasks.get_mut(&task) else {
             return Ok(()); // (announced above)
@@ -425,7 +419,7 @@ impl Broadcaster {
         }
         let buffer = t.buffers.entry(output).or_default();
         let before = buffer.held();
-        let complete = buffer.add(size, offset, chunk());
+        let complete = buffer.add(size, offset, chunk.keep(&mut self.stats));
         // (An empty output's one chunk grows nothing but completes it.)
         if buffer.held() > before || complete {
             // Streams of this output waiting for data go on from where they stopped.
@@ -477,6 +471,21 @@ impl Protocol for Broadcaster {
         };
         let (header, reader) = Header::decode(bytes, ctx, from)?;
         self.handle_frame(now, &header, reader)
+    }
+
+    /// A data chunk is kept as a slice of `frame` ([`Broadcaster::handle_frame_owned`]).
+    fn handle_message_owned(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        frame: Bytes,
+    ) -> Result<(), FrameError> {
+        let ctx = Context {
+            comm: self.cfg.comm,
+            n: self.cfg.n,
+        };
+        let (header, reader) = Header::decode(&frame, ctx, from)?;
+        self.handle_frame_owned(now, &header, reader, &frame)
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}

@@ -15,6 +15,7 @@ use hashbrown::{HashMap, HashSet};
 
 use ft_core::{FrameError, Rank, RankSet};
 
+use super::BcastStats;
 use crate::outputs::OutputSet;
 
 /// A descendant in a rank's subtree.
@@ -295,6 +296,61 @@ pub(super) struct ChunkPlace {
     pub(super) output: u32,
     pub(super) total: u64,
     pub(super) offset: u64,
+}
+
+/// A received data chunk's bytes, and so how this rank keeps them.
+#[derive(Debug)]
+pub(super) enum Chunk<'a> {
+    /// Lent by a frame that stays the caller's: kept as a copy.
+    Borrowed(&'a [u8]),
+    /// A slice of a frame handed over ([`ft_core::Protocol::handle_message_owned`]):
+    /// kept as it is, sharing the frame's buffer.
+    InFrame(Bytes),
+    /// Kept here already (a chunk that overtook its activation), and counted then.
+    Held(Bytes),
+}
+
+impl<'a> Chunk<'a> {
+    /// `chunk` as a slice of `frame` if it lies within it, else borrowed (no frame, or
+    /// a reader over other bytes than `frame`).
+    pub(super) fn of_frame(frame: Option<&Bytes>, chunk: &'a [u8]) -> Self {
+        let Some(frame) = frame else {
+            return Chunk::Borrowed(chunk);
+        };
+        // Address arithmetic only, nothing dereferenced: a chunk outside the frame
+        // (the subtraction wraps) fails the bounds check.
+        let start = (chunk.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
+        let within = start <= frame.len() && chunk.len() <= frame.len() - start;
+        if within {
+            Chunk::InFrame(frame.slice(start..start + chunk.len()))
+        } else {
+            Chunk::Borrowed(chunk)
+        }
+    }
+
+    /// Its length in bytes.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Chunk::Borrowed(bytes) => bytes.len(),
+            Chunk::InFrame(bytes) | Chunk::Held(bytes) => bytes.len(),
+        }
+    }
+
+    /// The chunk as a buffer this rank keeps: a copy of a borrowed one, the shared
+    /// slice otherwise; `stats` counts the bytes received in place or copied.
+    pub(super) fn keep(self, stats: &mut BcastStats) -> Bytes {
+        match self {
+            Chunk::Borrowed(bytes) => {
+                stats.received_bytes_copied += bytes.len() as u64;
+                Bytes::copy_from_slice(bytes)
+            }
+            Chunk::InFrame(bytes) => {
+                stats.received_bytes_in_place += bytes.len() as u64;
+                bytes
+            }
+            Chunk::Held(bytes) => bytes,
+        }
+    }
 }
 
 /// A data chunk received before its output's size was announced, as it came.
