@@ -585,9 +585,7 @@ impl MpiTransport {
                 check("MPI_Get_count", unsafe {
                     ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count)
                 })?;
-                let len = usize::try_from(count)
-                    .unwrap_or(0)
-                    .min(self.ring.capacity);
+                let len = usize::try_from(count).unwrap_or(0).min(self.ring.capacity);
                 let buffer = &mut self.ring.buffers[head];
                 // SAFETY: the receive completed with `count` bytes, which MPI wrote at
                 // the start of the buffer; `len` is no more than that nor than its

@@ -2090,6 +2090,7 @@ mod tests {
             while let Some(got) = t.try_recv().expect("try_recv") {
                 frames.push(match got {
                     Received::Frame { bytes, .. } => bytes.to_vec(),
+                    Received::Owned { frame, .. } => frame.to_vec(),
                     Received::Oversized { len, .. } => len.to_le_bytes().to_vec(),
                 });
             }

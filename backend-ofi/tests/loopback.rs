@@ -121,6 +121,7 @@ fn drive(
         while let Some(received) = t.try_recv().expect("try_recv") {
             match received {
                 Received::Frame { from, bytes } => inbox.push((from, bytes.to_vec())),
+                Received::Owned { from, frame } => inbox.push((from, frame.to_vec())),
                 Received::Oversized { from, len } => {
                     panic!("rank {}: oversized {len} from {from}", t.rank())
                 }
@@ -331,6 +332,9 @@ fn oversized_frames_are_reported_and_the_transport_keeps_working() {
                         Received::Oversized { from, len } => reported.push((from, len)),
                         Received::Frame { from, bytes } => {
                             frames.push(check_frame(from, me, bytes, |seq| 12 + seq as usize))
+                        }
+                        Received::Owned { from, frame } => {
+                            frames.push(check_frame(from, me, &frame, |seq| 12 + seq as usize))
                         }
                     }
                 }

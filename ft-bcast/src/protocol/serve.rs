@@ -23,8 +23,8 @@ use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, Tra
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
-    absorb_parts, missing_from, validate_entries, Chunk, ChunkPlace, Early, Entry, Outgoing, Parked,
-    TreeState, Waiting,
+    absorb_parts, missing_from, validate_entries, Chunk, ChunkPlace, Early, Entry, Outgoing,
+    Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
