@@ -29,7 +29,7 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
 use clap::Args;
-use ft_bcast::{BcastEvent, OutputSet, OutputSpec, PlanSpec, StackEvent};
+use ft_bcast::{BcastEvent, OutputSet, OutputSpec, PlanSpec, StackEvent, Strategy};
 use ft_core::wire::MAX_CHUNK;
 use ft_core::Rank;
 use ft_runtime::Transport;
@@ -61,6 +61,17 @@ pub struct BenchBcastArgs {
     /// microseconds.
     #[arg(long, default_value_t = 500)]
     pub spin_us: u64,
+    /// The broadcast strategy: per-class, fetch-for-descendants or per-output.
+    #[arg(long, default_value = "per-class", value_parser = parse_strategy)]
+    pub strategy: Strategy,
+}
+
+/// `--strategy`: a strategy's name.
+fn parse_strategy(name: &str) -> Result<Strategy, String> {
+    name.parse().map_err(|_| {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        format!("{name:?} is not one of {}", names.join(", "))
+    })
 }
 
 impl BenchBcastArgs {
@@ -86,7 +97,7 @@ impl BenchBcastArgs {
         self.outputs
             .iter()
             .flat_map(|&m| self.sizes.iter().map(move |&bytes| (bytes, m)))
-            .map(|(bytes, m)| Case::new(n, me, bytes, m))
+            .map(|(bytes, m)| Case::new(n, me, bytes, m, self.strategy))
             .collect()
     }
 
@@ -104,12 +115,14 @@ pub fn case_dests(n: u32, m: u32, j: u32) -> Vec<Rank> {
     (1..n).filter(|&r| m == 1 || (r - 1) % m != j).collect()
 }
 
-/// The broadcast of a case: `m` outputs of `bytes` bytes from rank 0, binomial trees,
-/// per-class strategy (the defaults of [`PlanSpec::new`]).
-pub fn case_spec(n: u32, bytes: u64, m: u32) -> PlanSpec {
-    (0..m).fold(PlanSpec::new(n, 0), |spec, j| {
-        spec.with_output(OutputSpec::new(format!("O{j}"), bytes, case_dests(n, m, j)))
-    })
+/// The broadcast of a case: `m` outputs of `bytes` bytes from rank 0, binomial trees
+/// (the default of [`PlanSpec::new`]), under `strategy`.
+pub fn case_spec(n: u32, bytes: u64, m: u32, strategy: Strategy) -> PlanSpec {
+    (0..m)
+        .fold(PlanSpec::new(n, 0), |spec, j| {
+            spec.with_output(OutputSpec::new(format!("O{j}"), bytes, case_dests(n, m, j)))
+        })
+        .with_strategy(strategy)
 }
 
 /// One case at one rank: its broadcast, what this rank needs, and (at the root) the
@@ -129,8 +142,8 @@ pub struct Case {
 }
 
 impl Case {
-    fn new(n: u32, me: Rank, bytes: u64, outputs: u32) -> Self {
-        let spec = case_spec(n, bytes, outputs);
+    fn new(n: u32, me: Rank, bytes: u64, outputs: u32, strategy: Strategy) -> Self {
+        let spec = case_spec(n, bytes, outputs, strategy);
         let needs = (0..outputs)
             .filter(|&j| spec.outputs[j as usize].dests.contains(&me))
             .collect();
@@ -171,7 +184,7 @@ impl Case {
         self.bytes * u64::from(self.outputs)
     }
 
-    /// Rank 0's line for this case: `{"rank": 0, "bytes", "outputs", "n", "reps", "median_us":
+    /// Rank 0's line for this case: `{"rank": 0, "bytes", "outputs", "strategy", "n", "reps", "median_us":
     /// {"stack", BASE}, "gbytes_per_s": {"stack", BASE}, RATIO}` where `RATIO` is
     /// `"ratio_to_" + BASE`: the stack's median over the baseline's.
     pub fn line(&self, n: u32, reps: u32, stack_us: f64, base: &str, base_us: f64) -> String {
@@ -180,6 +193,7 @@ impl Case {
             "rank": 0,
             "bytes": self.bytes,
             "outputs": self.outputs,
+            "strategy": self.spec.strategy.name(),
             "n": n,
             "reps": reps,
             "median_us": {"stack": stack_us, base: base_us},
@@ -503,11 +517,30 @@ mod tests {
         assert_eq!(case_dests(8, 1, 0), [1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(case_dests(8, 4, 0), [2, 3, 4, 6, 7]);
         assert_eq!(case_dests(8, 4, 3), [1, 2, 3, 5, 6, 7]);
-        let spec = case_spec(8, 1024, 4);
+        let spec = case_spec(8, 1024, 4, Strategy::PerClass);
         spec.validate().unwrap();
         let plan = ft_bcast::Plan::build(spec).unwrap();
         // Ranks with the same (r - 1) mod 4 need the same outputs: four classes.
         assert_eq!(plan.stats().trees, 4);
+        // Per output: one tree each; fetch-for-descendants: one merged tree.
+        let trees = |strategy| {
+            let plan = ft_bcast::Plan::build(case_spec(8, 1024, 4, strategy)).unwrap();
+            plan.stats().trees
+        };
+        assert_eq!(trees(Strategy::PerOutput), 4);
+        assert_eq!(trees(Strategy::FetchForDescendants), 1);
+    }
+
+    #[test]
+    fn the_strategy_option_takes_every_name_and_refuses_others() {
+        for strategy in Strategy::ALL {
+            assert_eq!(parse_strategy(strategy.name()), Ok(strategy));
+        }
+        let refused = parse_strategy("star").unwrap_err();
+        assert!(
+            refused.contains("per-class, fetch-for-descendants, per-output"),
+            "{refused}"
+        );
     }
 
     #[test]
@@ -525,7 +558,7 @@ mod tests {
 
     #[test]
     fn the_two_sided_trees_are_binomial_over_each_outputs_members() {
-        let case = Case::new(8, 2, 1024, 4);
+        let case = Case::new(8, 2, 1024, 4, Strategy::PerClass);
         let trees = raw_trees(&case, 2);
         // Output 1's members are 0, 1, 3, 4, 5, 7; rank 2 is not one of them.
         assert_eq!(trees[1], (None, Vec::new()));
