@@ -158,7 +158,7 @@ impl Broadcaster {
 
     /// Decodes and serves one frame; a data chunk is kept from `frame` when it lies
     /// within it, else copied.
-    fn decode_frame(
+    pub(super) fn decode_frame(
         &mut self,
         _now: Instant,
         h: &Header,

@@ -461,16 +461,30 @@ fn check_chunk(size: u64, offset: u64, len: u64) -> Result<(), FrameError> {
     Ok(())
 }
 
-impl Protocol for Broadcaster {
-    type Event = BcastEvent;
-
-    fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
+impl Broadcaster {
+    /// Decodes the header of `bytes` from `from` and serves the frame; with `frame`
+    /// (the same bytes, handed over) a data chunk is kept as a slice of it.
+    fn receive(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        bytes: &[u8],
+        frame: Option<&Bytes>,
+    ) -> Result<(), FrameError> {
         let ctx = Context {
             comm: self.cfg.comm,
             n: self.cfg.n,
         };
         let (header, reader) = Header::decode(bytes, ctx, from)?;
-        self.handle_frame(now, &header, reader)
+        self.decode_frame(now, &header, reader, frame)
+    }
+}
+
+impl Protocol for Broadcaster {
+    type Event = BcastEvent;
+
+    fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
+        self.receive(now, from, bytes, None)
     }
 
     /// A data chunk is kept as a slice of `frame` ([`Broadcaster::handle_frame_owned`]).
@@ -480,12 +494,7 @@ impl Protocol for Broadcaster {
         from: Rank,
         frame: Bytes,
     ) -> Result<(), FrameError> {
-        let ctx = Context {
-            comm: self.cfg.comm,
-            n: self.cfg.n,
-        };
-        let (header, reader) = Header::decode(&frame, ctx, from)?;
-        self.handle_frame_owned(now, &header, reader, &frame)
+        self.receive(now, from, &frame, Some(&frame))
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}
