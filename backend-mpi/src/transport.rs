@@ -257,9 +257,17 @@ impl MpiTransport {
     /// bytes (the protocol machines never produce either).
     pub fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MpiError> {
         self.check_peer(to);
-        let len = c_int::try_from(frame.len()).expect("frame longer than i32::MAX bytes");
+        self.send_copied(to, &[frame])
+    }
+
+    /// Sends `parts`, one after the other, as one frame copied into a pooled buffer.
+    fn send_copied(&mut self, to: Rank, parts: &[&[u8]]) -> Result<(), MpiError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = c_int::try_from(total).expect("frame longer than i32::MAX bytes");
         let mut bytes = self.take_buffer();
-        bytes.extend_from_slice(frame);
+        for part in parts {
+            bytes.extend_from_slice(part);
+        }
         let pending = Sending {
             bytes,
             payload: None,
@@ -277,21 +285,18 @@ impl MpiTransport {
     /// As [`MpiTransport::send`], for the whole frame.
     pub fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MpiError> {
         self.check_peer(to);
-        let total = head.len() + payload.len();
-        let len = c_int::try_from(total).expect("frame longer than i32::MAX bytes");
+        if payload.len() < COPY_BELOW {
+            self.stats.payload_bytes_copied += payload.len() as u64;
+            return self.send_copied(to, &[head, payload]);
+        }
+        assert!(
+            c_int::try_from(head.len() + payload.len()).is_ok(),
+            "frame longer than i32::MAX bytes"
+        );
         let mut bytes = self.take_buffer();
         bytes.extend_from_slice(head);
         // SAFETY: reading an MPI constant handle.
         let byte = unsafe { ffi::RSMPI_UINT8_T };
-        if payload.len() < COPY_BELOW {
-            bytes.extend_from_slice(payload);
-            self.stats.payload_bytes_copied += payload.len() as u64;
-            let pending = Sending {
-                bytes,
-                payload: None,
-            };
-            return self.isend(to, pending, len, byte);
-        }
         let mut head_at: ffi::MPI_Aint = 0;
         let mut payload_at: ffi::MPI_Aint = 0;
         // SAFETY: MPI reads nothing at either address; it writes the two integers.
