@@ -7,7 +7,8 @@
 //! `cargo bench -p ft-runtime --bench pump` prints the time of one clock read
 //! (`std::time::Instant::now()`), of one idle pump, and of one idle round of
 //! [`Driver::run_until`] in the spin window after a frame (pump, the caller's check, the
-//! limit, the idle decision: a `spin_loop` pause, and a `sched_yield` every 16th round).
+//! limit, the idle decision: a `spin_loop` pause, and a `sched_yield` every
+//! `Transport::idle_yield_every`th round, 16 for `MemTransport`).
 
 #![allow(missing_docs)] // criterion_group! and criterion_main! write undocumented items
 

@@ -46,14 +46,6 @@ pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
 /// may have no timer armed).
 const MAX_BLOCK: StdDuration = StdDuration::from_millis(100);
 
-/// While spinning, an idle loop yields the CPU (`sched_yield`) every this many rounds and
-/// only pauses the core (`spin_loop`) in between: a yield is a system call (most of an
-/// idle round's cost), and yielding every round made `validate_global` over Open MPI
-/// slower at n = 4 and 8 on 2 cores (`ftmpi bench`, alternated: 2.8-3.1× against
-/// 3.1-3.4× `MPIX_Comm_agree` at n = 4, 3.0-4.4× against 5.6-8.8× at n = 8; every 4th
-/// or 64th round did no better).
-const YIELD_EVERY: u32 = 16;
-
 /// How long after its last frame or command an idle loop spins instead of sleeping,
 /// by default ([`Driver::set_idle`]).
 pub const IDLE_SPIN: StdDuration = StdDuration::from_micros(500);
@@ -122,7 +114,8 @@ pub struct Driver<P: Protocol, T: Transport> {
     /// The wall clock at the last read ([`Driver::tick`]): one read serves a whole
     /// loop round (the pump, the caller's limit, the idle decision).
     last_tick: WallInstant,
-    /// Idle rounds spent spinning: every [`YIELD_EVERY`]th yields the CPU.
+    /// Idle rounds spent spinning: every [`Transport::idle_yield_every`]th yields the
+    /// CPU.
     spin_rounds: u32,
     /// The dead rank an event of the machine names, if it names one: each is passed to
     /// [`Transport::forget_peer`] ([`Driver::for_stack`] sets it).
@@ -325,9 +318,9 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
 
     /// Waits, a pump having found nothing to do (the wait reckons from that pump's
     /// clock read): spins within the spin window after the last activity (yielding the
-    /// CPU every 16th round); past it, waits in the transport until the machine's
-    /// next deadline if the transport wakes when a frame arrives, else naps at most the
-    /// idle sleep ([`Driver::set_idle`]).
+    /// CPU every [`Transport::idle_yield_every`]th round); past it, waits in the
+    /// transport until the machine's next deadline if the transport wakes when a frame
+    /// arrives, else naps at most the idle sleep ([`Driver::set_idle`]).
     pub fn wait_idle(&mut self) -> Result<(), T::Error> {
         self.idle_wait(None)
     }
@@ -339,7 +332,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         let since_activity = self.last_tick.saturating_duration_since(self.last_activity);
         if self.idle_sleep.is_zero() || since_activity < self.idle_spin {
             self.spin_rounds = self.spin_rounds.wrapping_add(1);
-            if self.spin_rounds % YIELD_EVERY == 0 {
+            if self.spin_rounds % self.transport.idle_yield_every().max(1) == 0 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

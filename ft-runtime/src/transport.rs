@@ -115,6 +115,14 @@ pub trait Transport {
     fn wakes_on_arrival(&self) -> bool {
         false
     }
+    /// While an idle loop spins (within its spin window, [`crate::Driver::set_idle`]), it
+    /// yields the CPU (`sched_yield`) every this many rounds and only pauses the core
+    /// (`spin_loop`) in between. A yield is a system call, most of an idle round's
+    /// cost; whether it pays depends on where the transport's progress happens, so the
+    /// transport says. Default: [`DEFAULT_IDLE_YIELD_EVERY`].
+    fn idle_yield_every(&self) -> u32 {
+        DEFAULT_IDLE_YIELD_EVERY
+    }
     /// A handle that ends a [`Transport::wait`] from another thread, if the transport
     /// has one (default: none). With it, a progress thread may wait in the transport
     /// until its next timer, and application threads wake it when they give it work.
@@ -122,6 +130,16 @@ pub trait Transport {
         None
     }
 }
+
+/// The default of [`Transport::idle_yield_every`]: 16. Over Open MPI's shared memory
+/// (the receiver polls memory the sender writes), yielding every round made
+/// `validate_global` slower at n = 4 and 8 on 2 cores (`ftmpi bench`, alternated:
+/// 2.8-3.1× against 3.1-3.4× `MPIX_Comm_agree` at n = 4, 3.0-4.4× against 5.6-8.8×
+/// at n = 8; every 4th or 64th round did no better). With today's receive ring the two
+/// are within the noise of each other (n = 2, 4, 8: 1.79-2.26, 3.04-3.52, 3.44-5.38
+/// every 16th against 1.66-2.04, 3.13-3.46, 3.36-3.78 every round, three alternated
+/// runs each, load 2-4).
+pub const DEFAULT_IDLE_YIELD_EVERY: u32 = 16;
 
 /// Ends a transport's [`Transport::wait`] from any thread (spuriously if nobody waits).
 pub trait Wake: Send + Sync {
