@@ -324,6 +324,9 @@ impl std::error::Error for OfiError {
 pub struct OfiStats {
     /// Frames handed to the provider (whole, or as an RMA offer).
     pub sent: u64,
+    /// Of [`OfiStats::sent`], frames short enough to go by `fi_injectdata` (no send
+    /// slot, no completion).
+    pub injected: u64,
     /// Frames received (handed out by `try_recv`).
     pub received: u64,
     /// Sends dropped because the provider refused or failed them (a dead peer).
@@ -476,6 +479,8 @@ pub struct OfiTransport {
     max_msg: usize,
     /// Buffers one send may gather (the provider's `tx_attr.iov_limit`).
     iov_limit: usize,
+    /// The longest frame sent by `fi_injectdata` (the provider's `tx_attr.inject_size`).
+    inject_size: usize,
     chunk_bytes: usize,
     stall_timeout: Duration,
     info: *mut sys::fi_info,
@@ -592,6 +597,7 @@ impl OfiTransport {
             max_frame: config.max_frame,
             max_msg: usize::MAX,
             iov_limit: 1,
+            inject_size: 0,
             chunk_bytes: config.chunk_bytes,
             stall_timeout: config.stall_timeout,
             info,
@@ -662,6 +668,13 @@ impl OfiTransport {
         self.stats
     }
 
+    /// The longest frame [`OfiTransport::send`] hands to `fi_injectdata` (the provider's
+    /// `tx_attr.inject_size`; 64 bytes on `tcp;ofi_rxm` here): copied at once, no
+    /// completion, no send slot.
+    pub fn inject_size(&self) -> usize {
+        self.inject_size
+    }
+
     /// The provider actually opened (`fi_info`'s `prov_name`, e.g. `tcp;ofi_rxm`).
     pub fn provider(&self) -> String {
         // SAFETY: `info` is the fi_info fi_getinfo returned, alive until drop; its
@@ -680,6 +693,13 @@ impl OfiTransport {
     /// Starts sending `frame` to `to` (any rank of the job, this one included). A peer
     /// that died is not an error: the frame is dropped and counted.
     pub fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), OfiError> {
+        if frame.len() <= self.inject_size
+            && to < self.n
+            && self.backlog[to as usize].is_empty()
+            && self.inject(to, frame)?
+        {
+            return Ok(());
+        }
         self.start(
             to,
             Frame {
@@ -1131,6 +1151,42 @@ impl OfiTransport {
             Ok(Posted::Dropped)
         } else {
             Err(call_error("fi_senddata/fi_sendmsg", code))
+        }
+    }
+
+    /// Sends a short frame by `fi_injectdata`: the provider copies it at once and
+    /// reports no completion, so the frame takes no send slot, no allocation and no
+    /// CQ entry (a control frame of the agreement or the detector, most of a
+    /// `validate_global`'s frames). Whether it went (or was dropped for a dead peer);
+    /// `false` when the provider has no room now (`-FI_EAGAIN`) and the caller must post
+    /// it the ordinary way, behind which later frames to `to` queue as before.
+    fn inject(&mut self, to: Rank, frame: &[u8]) -> Result<bool, OfiError> {
+        // SAFETY: `ep` is our enabled endpoint; `frame` is `frame.len()` readable bytes,
+        // no more than the provider's inject size, read during the call only (inject
+        // semantics: the buffer may be reused on return).
+        let ret = unsafe {
+            sys::fi_injectdata(
+                self.ep,
+                frame.as_ptr().cast::<c_void>(),
+                frame.len(),
+                u64::from(self.me),
+                self.peers[to as usize],
+            )
+        };
+        if ret == 0 {
+            self.stats.sent += 1;
+            self.stats.injected += 1;
+            return Ok(true);
+        }
+        let code = error_code(ret);
+        if code == sys::FI_EAGAIN as i32 {
+            Ok(false)
+        } else if is_peer_failure(code) {
+            self.stats.send_errors += 1;
+            self.peer_failed(to);
+            Ok(true)
+        } else {
+            Err(call_error("fi_injectdata", code))
         }
     }
 
@@ -1592,6 +1648,7 @@ impl OfiTransport {
             let info = self.info;
             self.max_msg = (*(*info).ep_attr).max_msg_size;
             self.iov_limit = (*(*info).tx_attr).iov_limit;
+            self.inject_size = (*(*info).tx_attr).inject_size;
             check(
                 "fi_fabric",
                 sys::fi_fabric((*info).fabric_attr, &mut self.fabric, ptr::null_mut()),
