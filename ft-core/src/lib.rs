@@ -37,7 +37,7 @@ pub mod wire;
 pub use error::{BufferTooShort, FrameError, ViewError};
 pub use machine::{Bytes, Protocol, Transmit, TransmitParts};
 pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
-pub use rankset::RankSet;
+pub use rankset::{Members, RankSet};
 pub use rng::SplitMix;
 pub use time::{Duration, Instant};
 pub use view::{Counts, FailureView};

@@ -318,6 +318,89 @@ fn merge_sorted(a: &[Rank], b: &[Rank]) -> Vec<Rank> {
     out
 }
 
+/// Ranks of one communicator in increasing order, with their count: a [`RankSet`], or
+/// a set still in a frame's bytes ([`crate::wire::RankSetRef`]). What a machine needs
+/// to compare a received set with its own, or merge it in, without decoding it into a
+/// new [`RankSet`].
+pub trait Members {
+    /// The communicator size the ranks live in.
+    fn universe(&self) -> u32;
+    /// How many members.
+    fn count(&self) -> usize;
+    /// The members, strictly increasing.
+    fn members(&self) -> impl Iterator<Item = Rank> + '_;
+    /// The members as a [`RankSet`] of their own.
+    fn to_set(&self) -> RankSet {
+        RankSet::from_increasing(self.universe(), self.count(), self.members())
+    }
+}
+
+impl Members for RankSet {
+    fn universe(&self) -> u32 {
+        self.universe
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn members(&self) -> impl Iterator<Item = Rank> + '_ {
+        self.iter()
+    }
+    fn to_set(&self) -> RankSet {
+        self.clone()
+    }
+}
+
+impl RankSet {
+    /// A set of `count` ranks given strictly increasing and `< universe` (a checked
+    /// frame's, or another set's): no sort, one allocation of the right size.
+    pub(crate) fn from_increasing(
+        universe: u32,
+        count: usize,
+        ranks: impl Iterator<Item = Rank>,
+    ) -> Self {
+        let mut list = Vec::with_capacity(count);
+        list.extend(ranks);
+        debug_assert!(list.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(list.last().is_none_or(|&last| last < universe));
+        let mut set = RankSet {
+            universe,
+            repr: Repr::Sparse(list),
+        };
+        set.rebalance();
+        set
+    }
+
+    /// Whether `other` holds exactly this set's members (and lives in the same
+    /// communicator).
+    pub fn same_members(&self, other: &impl Members) -> bool {
+        self.universe == other.universe()
+            && self.len() == other.count()
+            && self.iter().eq(other.members())
+    }
+
+    /// Whether every member of `other` is a member of `self`.
+    pub fn contains_all(&self, other: &impl Members) -> bool {
+        other.count() <= self.len() && other.members().all(|r| self.contains(r))
+    }
+
+    /// `self ∪= other` for any [`Members`]: nothing is allocated when `other` brings
+    /// no new member. Returns the number of members added.
+    ///
+    /// # Panics
+    /// If the universes differ.
+    pub fn union_with_members(&mut self, other: &impl Members) -> usize {
+        assert_eq!(
+            self.universe,
+            other.universe(),
+            "rank sets of different communicators"
+        );
+        if self.contains_all(other) {
+            return 0;
+        }
+        self.union_with(&other.to_set())
+    }
+}
+
 impl PartialEq for RankSet {
     fn eq(&self, other: &Self) -> bool {
         self.universe == other.universe && self.len() == other.len() && self.iter().eq(other.iter())

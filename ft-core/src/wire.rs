@@ -30,7 +30,7 @@ use alloc::vec::Vec;
 
 use crate::error::{BufferTooShort, FrameError};
 use crate::rank::Rank;
-use crate::rankset::RankSet;
+use crate::rankset::{Members, RankSet};
 
 /// The frame format version this build writes and accepts.
 pub const VERSION: u8 = 1;
@@ -502,6 +502,12 @@ impl<'a> Reader<'a> {
     }
     /// Reads a rank set; members must be strictly increasing and `< n`.
     pub fn rankset(&mut self) -> Result<RankSet, FrameError> {
+        self.rankset_ref().map(|set| set.to_set())
+    }
+    /// Reads a rank set as it lies in the frame, checked as [`Reader::rankset`] checks
+    /// it but not copied out: nothing is allocated ([`RankSetRef`]).
+    pub fn rankset_ref(&mut self) -> Result<RankSetRef<'a>, FrameError> {
+        let n = self.n;
         match self.u8()? {
             0 => {
                 let count = self.varint()?;
@@ -509,35 +515,38 @@ impl<'a> Reader<'a> {
                 if count > (self.bytes.len() - self.pos) as u64 {
                     return Err(FrameError::Truncated);
                 }
-                let mut members = Vec::with_capacity(count as usize);
+                let start = self.pos;
                 let mut next_min: u64 = 0;
                 for _ in 0..count {
                     let v = next_min
                         .checked_add(self.varint()?)
                         .ok_or(FrameError::Malformed("rank set overflow"))?;
-                    if v >= u64::from(self.n) {
-                        return Err(FrameError::RankOutOfRange { rank: v, n: self.n });
+                    if v >= u64::from(n) {
+                        return Err(FrameError::RankOutOfRange { rank: v, n });
                     }
-                    members.push(v as Rank);
                     next_min = v + 1;
                 }
-                Ok(RankSet::from_ranks(self.n, members))
+                Ok(RankSetRef {
+                    n,
+                    len: count as usize,
+                    form: RefForm::Sparse(&self.bytes[start..self.pos]),
+                })
             }
             1 => {
-                let bytes = self.take((self.n as usize).div_ceil(8))?;
-                if self.n % 8 != 0 {
+                let bytes = self.take((n as usize).div_ceil(8))?;
+                if n % 8 != 0 {
                     if let Some(&last) = bytes.last() {
-                        if last >> (self.n % 8) != 0 {
+                        if last >> (n % 8) != 0 {
                             return Err(FrameError::Malformed("dense rank set has bits past n"));
                         }
                     }
                 }
-                let members = bytes.iter().enumerate().flat_map(|(i, &b)| {
-                    (0..8u32)
-                        .filter(move |bit| b & (1 << bit) != 0)
-                        .map(move |bit| i as u32 * 8 + bit)
-                });
-                Ok(RankSet::from_ranks(self.n, members))
+                let len = bytes.iter().map(|b| b.count_ones() as usize).sum();
+                Ok(RankSetRef {
+                    n,
+                    len,
+                    form: RefForm::Dense(bytes),
+                })
             }
             _ => Err(FrameError::Malformed("unknown rank set form")),
         }
@@ -553,6 +562,96 @@ impl<'a> Reader<'a> {
         } else {
             Err(FrameError::TrailingBytes)
         }
+    }
+}
+
+/// A rank set read from a frame and checked ([`Reader::rankset_ref`]), still in the
+/// frame's bytes: a machine compares it with, or merges it into, a [`RankSet`] of its
+/// own without allocating ([`Members`]).
+///
+/// Invariant: the bytes passed [`Reader::rankset_ref`]'s checks (members strictly
+/// increasing and `< n`, no bit at or past `n`), and `len` is the member count.
+#[derive(Clone, Copy, Debug)]
+pub struct RankSetRef<'a> {
+    n: u32,
+    len: usize,
+    form: RefForm<'a>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RefForm<'a> {
+    /// The member varints (first, then gap - 1 each), after the count.
+    Sparse(&'a [u8]),
+    /// `ceil(n/8)` bytes of bits, least significant first.
+    Dense(&'a [u8]),
+}
+
+impl RankSetRef<'_> {
+    /// The members, in increasing order.
+    pub fn iter(&self) -> RefIter<'_> {
+        RefIter {
+            set: *self,
+            pos: 0,
+            next_min: 0,
+            left: self.len,
+        }
+    }
+}
+
+impl Members for RankSetRef<'_> {
+    fn universe(&self) -> u32 {
+        self.n
+    }
+    fn count(&self) -> usize {
+        self.len
+    }
+    fn members(&self) -> impl Iterator<Item = Rank> + '_ {
+        self.iter()
+    }
+}
+
+/// The members of a [`RankSetRef`], in increasing order.
+pub struct RefIter<'a> {
+    set: RankSetRef<'a>,
+    /// Sparse: offset of the next varint; dense: the next bit.
+    pos: usize,
+    next_min: u64,
+    left: usize,
+}
+
+impl Iterator for RefIter<'_> {
+    type Item = Rank;
+    fn next(&mut self) -> Option<Rank> {
+        if self.left == 0 {
+            return None;
+        }
+        match self.set.form {
+            RefForm::Sparse(bytes) => {
+                // The varints were checked when the set was read; a failure here cannot
+                // happen and ends the iteration rather than panic.
+                let mut reader = Reader::new(&bytes[self.pos..], self.set.n);
+                let gap = reader.varint().ok()?;
+                self.pos += reader.pos;
+                let rank = self.next_min.checked_add(gap)?;
+                self.next_min = rank + 1;
+                self.left -= 1;
+                Rank::try_from(rank).ok()
+            }
+            RefForm::Dense(bytes) => {
+                while self.pos < bytes.len() * 8 {
+                    let bit = self.pos;
+                    self.pos += 1;
+                    if bytes[bit / 8] >> (bit % 8) & 1 == 1 {
+                        self.left -= 1;
+                        return Rank::try_from(bit).ok();
+                    }
+                }
+                None
+            }
+        }
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
     }
 }
 
@@ -692,7 +791,38 @@ mod tests {
         }
 
         #[test]
+        fn a_borrowed_rank_set_reads_as_the_decoded_one(
+            n in 1u32..3000,
+            a in prop::collection::vec(0u32..3000, 0..500),
+            b in prop::collection::vec(0u32..3000, 0..500),
+        ) {
+            let a = RankSet::from_ranks(n, a.into_iter().filter(|r| *r < n));
+            let b = RankSet::from_ranks(n, b.into_iter().filter(|r| *r < n));
+            let frame = Header { kind: FrameKind::FailureNotice, comm: 1, epoch: 2, sender: 0 }
+                .start().put_rankset(&a).finish();
+            let (_, mut r) = Header::decode(&frame, Context { comm: 1, n }, 0).unwrap();
+            let view = r.rankset_ref().unwrap();
+            prop_assert!(r.finish().is_ok());
+            // Both forms (sparse and dense) come through: members, count, conversion.
+            prop_assert_eq!(view.count(), a.len());
+            prop_assert!(view.iter().eq(a.iter()));
+            prop_assert_eq!(view.to_set(), a.clone());
+            prop_assert!(a.same_members(&view));
+            prop_assert_eq!(b.same_members(&view), b == a);
+            prop_assert_eq!(b.contains_all(&view), a.is_subset(&b));
+            let mut merged = b.clone();
+            let added = merged.union_with_members(&view);
+            let mut expected = b.clone();
+            prop_assert_eq!(added, expected.union_with(&a));
+            prop_assert_eq!(merged, expected);
+        }
+
+        #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), n in 1u32..300) {
+            let mut r = Reader::new(&bytes, n);
+            if let Ok(view) = r.rankset_ref() {
+                prop_assert_eq!(view.iter().count(), view.count());
+            }
             let mut r = Reader::new(&bytes, n);
             let _ = r.rankset();
             let _ = Header::decode(&bytes, Context { comm: 0, n }, 0);

@@ -11,7 +11,7 @@ use super::sweep::{self, FastPath, Progress};
 use super::{Ballot, Config};
 use crate::error::FrameError;
 use crate::rank::Rank;
-use crate::rankset::RankSet;
+use crate::rankset::{Members, RankSet};
 use crate::shrink::Survivors;
 
 /// The agreement state of one epoch at one rank.
@@ -170,6 +170,43 @@ impl Instance {
             .or(self.accepted.as_ref().map(|(_, v)| v))
     }
 
+    /// A sweep-1 frame of round `round`, its sets decoded ([`Msg::Sweep`]) or still in
+    /// the frame ([`crate::wire::RankSetRef`]): nothing is allocated unless the frame
+    /// brings news (a new member for the union, or an exclusion unlike this rank's).
+    pub(super) fn hear_sweep(
+        &mut self,
+        io: &mut Io<'_>,
+        from: Rank,
+        round: u32,
+        excluded: &impl Members,
+        union: &impl Members,
+    ) -> Result<(), FrameError> {
+        let me = io.cfg.me;
+        let Some(path) = self.path.as_mut() else {
+            // The tree path: no sweep round exists.
+            sweep::check_sender(&self.participants, 0, me, from, round)?;
+            return Ok(());
+        };
+        if path.excluded.same_members(excluded) {
+            path.check_sender(me, from, round)?;
+        } else {
+            sweep::check_foreign(&self.base, excluded, me, from, round)?;
+            // The mutation counts a frame of another exclusion whenever its sender
+            // happens to be this rank's own peer for that round.
+            let counted = io.cfg.drop_exclusion_check && path.check_sender(me, from, round).is_ok();
+            if !counted {
+                path.fast = None;
+                path.views_differ = true;
+                return Ok(());
+            }
+        }
+        if let Some(fast) = path.fast.as_mut() {
+            fast.hear_first(round, union);
+            self.advance_sweeps(io);
+        }
+        Ok(())
+    }
+
     pub(super) fn handle(
         &mut self,
         io: &mut Io<'_>,
@@ -263,31 +300,7 @@ impl Instance {
                 round,
                 excluded,
                 union,
-            } => {
-                let Some(path) = self.path.as_mut() else {
-                    // The tree path: no sweep round exists.
-                    sweep::check_sender(&self.participants, 0, me, from, round)?;
-                    return Ok(());
-                };
-                if *path.excluded == excluded {
-                    path.check_sender(me, from, round)?;
-                } else {
-                    sweep::check_foreign(&self.base, &excluded, me, from, round)?;
-                    // The mutation counts a frame of another exclusion whenever its
-                    // sender happens to be this rank's own peer for that round.
-                    let counted =
-                        io.cfg.drop_exclusion_check && path.check_sender(me, from, round).is_ok();
-                    if !counted {
-                        path.fast = None;
-                        path.views_differ = true;
-                        return Ok(());
-                    }
-                }
-                if let Some(fast) = path.fast.as_mut() {
-                    fast.hear_first(round, &union);
-                    self.advance_sweeps(io);
-                }
-            }
+            } => self.hear_sweep(io, from, round, &excluded, &union)?,
             Msg::SweepDone { round } => {
                 match self.path.as_ref() {
                     Some(path) => path.check_sender(me, from, round)?,

@@ -283,9 +283,9 @@ use core::fmt;
 use crate::error::{BufferTooShort, FrameError};
 use crate::machine::{Protocol, Transmit};
 use crate::rank::Rank;
-use crate::rankset::RankSet;
+use crate::rankset::{Members, RankSet};
 use crate::time::Instant;
-use crate::wire::{Context, Family, Header, Reader};
+use crate::wire::{Context, Family, FrameKind, Header, Reader};
 
 use instance::{Instance, Io};
 use msg::{Msg, Out};
@@ -620,19 +620,55 @@ impl Agreement {
             return Err(FrameError::UnexpectedKind(header.kind as u8));
         }
         let from = header.sender;
+        if header.kind == FrameKind::AgreeSweep {
+            // The most frequent frame of a call: its sets stay in the frame's bytes.
+            let round = reader.varint_u32()?;
+            let excluded = reader.rankset_ref()?;
+            let union = reader.rankset_ref()?;
+            reader.finish()?;
+            self.check_origin(from)?;
+            if self.excluded {
+                return Ok(());
+            }
+            let epoch = header.epoch;
+            let (mut io, instances) = self.parts();
+            let live = instances
+                .into_iter()
+                .flatten()
+                .find(|inst| inst.epoch == epoch);
+            if let Some(inst) = live {
+                inst.hear_sweep(&mut io, from, round, &excluded, &union)?;
+            } else {
+                // Another epoch: kept for later or refused, as any frame ([`dispatch`]).
+                let msg = Msg::Sweep {
+                    round,
+                    excluded: excluded.to_set(),
+                    union: union.to_set(),
+                };
+                self.dispatch(from, epoch, msg)?;
+            }
+            self.after_input();
+            return Ok(());
+        }
         let msg = Msg::decode(header.kind, &mut reader)?;
         reader.finish()?;
+        self.check_origin(from)?;
+        if self.excluded {
+            return Ok(());
+        }
+        self.dispatch(from, header.epoch, msg)?;
+        self.after_input();
+        Ok(())
+    }
+
+    /// A frame's sender must be live and another rank.
+    fn check_origin(&self, from: Rank) -> Result<(), FrameError> {
         if self.dead.contains(from) {
             return Err(FrameError::FromFailedRank(from));
         }
         if from == self.cfg.me {
             return Err(FrameError::Malformed("frame from self"));
         }
-        if self.excluded {
-            return Ok(());
-        }
-        self.dispatch(from, header.epoch, msg)?;
-        self.after_input();
         Ok(())
     }
 

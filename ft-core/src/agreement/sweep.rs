@@ -27,7 +27,7 @@ use super::instance::Io;
 use super::msg::Msg;
 use crate::error::FrameError;
 use crate::rank::Rank;
-use crate::rankset::RankSet;
+use crate::rankset::{Members, RankSet};
 use crate::shrink::Survivors;
 
 /// `⌈log2 m⌉`: rounds per sweep over `m` participants (0 for `m ≤ 1`).
@@ -79,20 +79,20 @@ pub(super) fn check_sender(
 /// round and the sender fit that sweep's layout (when it includes `me`).
 pub(super) fn check_foreign(
     base: &RankSet,
-    excluded: &RankSet,
+    excluded: &impl Members,
     me: Rank,
     from: Rank,
     round: u32,
 ) -> Result<(), FrameError> {
-    if excluded.contains(from) {
+    if excluded.members().any(|r| r == from) {
         return Err(FrameError::Malformed("sweep frame excludes its sender"));
     }
-    if excluded.iter().any(|r| base.contains(r)) {
+    if excluded.members().any(|r| base.contains(r)) {
         return Err(FrameError::Malformed(
             "sweep exclusion holds an agreed-dead rank",
         ));
     }
-    let mut gone = excluded.clone();
+    let mut gone = excluded.to_set();
     gone.union_with(base);
     let theirs = Survivors::new(&gone);
     let rounds = rounds_for(theirs.len());
@@ -218,10 +218,10 @@ impl Sweeps {
     }
 
     /// Records a sweep-1 frame of `round` (the sender was checked by [`check_sender`]).
-    pub(super) fn hear_first(&mut self, round: u32, union: &RankSet) {
+    pub(super) fn hear_first(&mut self, round: u32, union: &impl Members) {
         self.heard[0] |= 1 << round;
-        if !self.second && !union.is_subset(&self.union) {
-            Arc::make_mut(&mut self.union).union_with(union);
+        if !self.second && !self.union.contains_all(union) {
+            Arc::make_mut(&mut self.union).union_with_members(union);
         }
     }
 
