@@ -427,7 +427,8 @@ pub fn validate_once<T: Transport>(
         .map_err(|e| e.to_string())?;
     driver
         .run_until(
-            &format!("global validation {epoch}"),
+            // Formatted only if it times out: no String per call.
+            format_args!("global validation {epoch}"),
             limit,
             |stack, events| {
                 while let Some((_, event)) = events.pop_front() {
@@ -458,7 +459,7 @@ pub fn await_death<T: Transport>(
         return Ok(());
     }
     driver
-        .run_until(&learning_deaths(dead), limit, |stack, events| {
+        .run_until(learning_deaths(dead), limit, |stack, events| {
             if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
                 return Some(Err(stop));
             }

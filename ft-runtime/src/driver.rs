@@ -266,7 +266,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// collected so far) returns a value, or `limit` passes.
     pub fn run_until<V>(
         &mut self,
-        what: &str,
+        what: impl fmt::Display,
         limit: StdDuration,
         mut done: impl FnMut(&P, &mut VecDeque<(Instant, P::Event)>) -> Option<V>,
     ) -> Result<V, DriverError<T::Error>> {
