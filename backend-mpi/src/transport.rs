@@ -15,17 +15,27 @@
 //!   in a request's status (`MPI_ERR_IN_STATUS`, what Open MPI 5 does) or, as ULFM
 //!   allows, as `MPI_Testsome`'s own code, which names no request: then each send is
 //!   tested alone ([`TransportStats::unattributed_failures`]);
-//! - **send_parts** (the bulk-data path) sends a header and a payload as one message
-//!   without copying the payload: the header goes into a pooled buffer and an
-//!   `MPI_Type_create_hindexed` of two byte blocks (header, then payload, at their
-//!   addresses relative to the header) describes the message; the datatype is freed
-//!   once the `MPI_Isend` is posted (MPI keeps it while the send needs it), and a
-//!   clone of the payload's [`Bytes`] stays in the pending send until it completes.
-//!   Payloads shorter than [`COPY_BELOW`] are copied after the header instead (a
-//!   datatype costs more than such a copy). The receiver sees one contiguous frame;
-//!   [`TransportStats::payload_bytes_in_place`] and
+//! - **send_parts** (the bulk-data path) sends a header and a payload without copying
+//!   the payload: the header, followed by the payload's length (4 bytes), goes from a
+//!   pooled buffer as a message tagged [`HEAD_TAG`], and the payload right behind it as
+//!   a contiguous `MPI_Isend` of its own, straight from the caller's [`Bytes`] (a clone
+//!   stays in the pending send until it completes), on a second duplicate of the
+//!   communicator. Contiguous, the payload takes shared memory's single-copy path (a
+//!   two-block datatype, which this replaced, made Open MPI pack every byte at the
+//!   sender). Payloads shorter than [`COPY_BELOW`] are copied after the header into one
+//!   frame instead. [`TransportStats::payload_bytes_in_place`] and
 //!   [`TransportStats::payload_bytes_copied`] count the two cases;
-//! - **receive** keeps a ring of [`RECV_SLOTS`] any-source `MPI_Irecv`s posted, each
+//! - **a head's payload**: a receiver that gets a head posts the receive of its payload
+//!   from that sender on the payload communicator, into a new buffer right behind a copy
+//!   of the head (MPI keeps a pair's messages in order, so the next payload from that
+//!   sender is this head's), and hands the whole frame over ([`Received::Owned`]) once
+//!   it completes (one `MPI_Testsome` over the payloads pending), so the protocol sees
+//!   the same frames either way. A payload over [`MAX_PAYLOAD`] is received into no room
+//!   (truncated, which keeps the pair in step) and reported [`Received::Oversized`]; a
+//!   sender that dies first loses the frame ([`TransportStats::lost_in_transfer`]). A
+//!   payload may complete after a later whole frame from its sender: the protocols do
+//!   not rely on a pair's frames keeping their order;
+//! - **receive** keeps a ring of [`RECV_SLOTS`] any-source, any-tag `MPI_Irecv`s posted, each
 //!   into its own buffer of the largest frame of this communicator
 //!   ([`ft_core::wire::frame_capacity`]). MPI matches an arriving message to the
 //!   earliest posted receive that fits, so the ring's head is always the first to be
@@ -60,7 +70,9 @@
 //! discard them on its own, and leaks their buffers rather than free memory MPI may
 //! still write or read.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
 
 use bytes::Bytes;
@@ -70,8 +82,17 @@ use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-/// The tag of every frame.
+/// The tag of a whole frame, and of a payload on the payload communicator.
 const FRAME_TAG: c_int = 0x6674;
+
+/// The tag of a frame's head whose payload follows as its own message
+/// ([`MpiTransport::send_parts`]): the head's bytes, then the payload's length (4 bytes,
+/// little-endian).
+pub const HEAD_TAG: c_int = 0x6675;
+
+/// The longest payload a receiver takes after a head (a longer one is reported as
+/// [`Received::Oversized`] and dropped): 64 MiB.
+pub const MAX_PAYLOAD: usize = 64 << 20;
 
 /// The most send buffers kept for reuse once their sends completed.
 pub const SPARE_BUFFERS: usize = 64;
@@ -152,6 +173,11 @@ pub struct TransportStats {
     /// [`HAND_OVER_FROM`] bytes), each costing a new receive buffer; the rest of
     /// [`TransportStats::received`] were lent.
     pub frames_handed_over: u64,
+    /// Frames whose payload came as its own message behind a head ([`HEAD_TAG`]):
+    /// received straight behind the head in one buffer, handed over.
+    pub payloads_received: u64,
+    /// Heads too short to carry a payload length: dropped.
+    pub bad_heads: u64,
 }
 
 /// A pending send: the buffer MPI reads (a whole frame, or the header of a
@@ -178,9 +204,33 @@ struct RecvRing {
     repost: bool,
 }
 
+/// A payload's receive, posted when its head ([`HEAD_TAG`]) arrived: `buffer` holds
+/// the head, and MPI writes the payload right behind it, so the frame arrives whole.
+struct Incoming {
+    /// Capacity: the head and the payload (or the head alone, for a payload refused).
+    buffer: Vec<u8>,
+    from: Rank,
+    /// The payload's length as its head announced it.
+    len: usize,
+}
+
+/// What a payload receive gave, waiting for [`MpiTransport::try_recv`].
+enum Arrival {
+    Frame { from: Rank, frame: Vec<u8> },
+    Oversized { from: Rank, len: usize },
+}
+
 /// Frames between the ranks of one communicator: see the [module docs](self).
 pub struct MpiTransport {
-    comm: SimpleCommunicator,
+    /// Freed on drop unless a request may still complete on it (see `Drop`).
+    comm: ManuallyDrop<SimpleCommunicator>,
+    /// A second duplicate, for the payloads that follow their heads.
+    data_comm: ManuallyDrop<SimpleCommunicator>,
+    /// Posted payload receives, oldest first, in step with `incoming`.
+    incoming_requests: Vec<ffi::MPI_Request>,
+    incoming: Vec<Incoming>,
+    /// Completed payload receives not yet handed on, oldest first.
+    arrived: VecDeque<Arrival>,
     me: Rank,
     n: u32,
     /// Pending `MPI_Isend` requests, in step with `sending`: `sending[i]` holds what
@@ -214,11 +264,17 @@ impl MpiTransport {
     pub fn new(comm: &SimpleCommunicator) -> Result<Self, MpiError> {
         let comm = comm.duplicate();
         errors_return(&comm)?;
+        let data_comm = comm.duplicate();
+        errors_return(&data_comm)?;
         let me = comm.rank() as Rank;
         let n = comm.size() as u32;
         let capacity = wire::frame_capacity(n);
         let mut transport = MpiTransport {
-            comm,
+            comm: ManuallyDrop::new(comm),
+            data_comm: ManuallyDrop::new(data_comm),
+            incoming_requests: Vec::new(),
+            incoming: Vec::new(),
+            arrived: VecDeque::new(),
             me,
             n,
             requests: Vec::new(),
@@ -274,15 +330,21 @@ impl MpiTransport {
         };
         // SAFETY: reading an MPI constant handle.
         let byte = unsafe { ffi::RSMPI_UINT8_T };
-        self.isend(to, pending, len, byte)
+        let comm = self.comm.as_raw();
+        self.isend(to, pending, len, byte, FRAME_TAG, comm)
+            .map(drop)
     }
 
     /// Starts sending one frame, `head` followed by `payload`, to `to` without copying
-    /// the payload (unless it is shorter than [`COPY_BELOW`]): a clone of `payload` is
-    /// kept until the send completes. A peer that died is not an error.
+    /// the payload (unless it is shorter than [`COPY_BELOW`]): the head goes as a small
+    /// message tagged [`HEAD_TAG`] (with the payload's length after it), the payload
+    /// right behind it as a contiguous message of its own on the payload communicator,
+    /// sent from the caller's buffer, a clone of which is kept until the send completes.
+    /// A peer that died is not an error.
     ///
     /// # Panics
-    /// As [`MpiTransport::send`], for the whole frame.
+    /// As [`MpiTransport::send`], for the whole frame; or if the payload is longer than
+    /// [`MAX_PAYLOAD`].
     pub fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MpiError> {
         self.check_peer(to);
         if payload.len() < COPY_BELOW {
@@ -293,56 +355,31 @@ impl MpiTransport {
             c_int::try_from(head.len() + payload.len()).is_ok(),
             "frame longer than i32::MAX bytes"
         );
+        assert!(payload.len() <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
         let mut bytes = self.take_buffer();
         bytes.extend_from_slice(head);
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         // SAFETY: reading an MPI constant handle.
         let byte = unsafe { ffi::RSMPI_UINT8_T };
-        let mut head_at: ffi::MPI_Aint = 0;
-        let mut payload_at: ffi::MPI_Aint = 0;
-        // SAFETY: MPI reads nothing at either address; it writes the two integers.
-        unsafe {
-            check(
-                "MPI_Get_address",
-                ffi::MPI_Get_address(bytes.as_ptr().cast::<c_void>(), &mut head_at),
-            )?;
-            check(
-                "MPI_Get_address",
-                ffi::MPI_Get_address(payload.as_ptr().cast::<c_void>(), &mut payload_at),
-            )?;
-        }
-        // Both lengths fit: their sum does.
-        let lengths = [head.len() as c_int, payload.len() as c_int];
-        // Relative to the header's buffer, the Isend's base address, so that no
-        // MPI_BOTTOM is needed.
-        let displacements = [0, payload_at.wrapping_sub(head_at)];
-        // SAFETY: reading an MPI constant handle.
-        let mut datatype = unsafe { ffi::RSMPI_DATATYPE_NULL };
-        // SAFETY: two blocks, both arrays hold two entries; MPI writes the new type.
-        check("MPI_Type_create_hindexed", unsafe {
-            ffi::MPI_Type_create_hindexed(
-                2,
-                lengths.as_ptr(),
-                displacements.as_ptr(),
-                byte,
-                &mut datatype,
-            )
-        })?;
-        // SAFETY: a datatype we created and own.
-        let committed = check("MPI_Type_commit", unsafe {
-            ffi::MPI_Type_commit(&mut datatype)
-        });
-        let pending = Sending {
+        let len = bytes.len() as c_int;
+        let head = Sending {
             bytes,
+            payload: None,
+        };
+        let comm = self.comm.as_raw();
+        if !self.isend(to, head, len, byte, HEAD_TAG, comm)? {
+            return Ok(()); // a dead peer: its payload goes nowhere either
+        }
+        // The payload's own message: contiguous, so MPI moves it in one copy (shared
+        // memory's single-copy path) instead of packing it as a datatype would.
+        let pending = Sending {
+            bytes: Vec::new(),
             payload: Some(payload.clone()),
         };
-        let sent = committed.and_then(|()| self.isend(to, pending, 1, datatype));
-        // SAFETY: our datatype; a send posted with it completes normally after the free
-        // (MPI keeps the type while a pending operation uses it).
-        unsafe { ffi::MPI_Type_free(&mut datatype) };
-        if sent.is_ok() {
-            self.stats.payload_bytes_in_place += payload.len() as u64;
-        }
-        sent
+        let data = self.data_comm.as_raw();
+        self.isend(to, pending, payload.len() as c_int, byte, FRAME_TAG, data)?;
+        self.stats.payload_bytes_in_place += payload.len() as u64;
+        Ok(())
     }
 
     /// Whether [`MpiTransport::send_parts`] copies the payload: no (payloads shorter
@@ -369,43 +406,52 @@ impl MpiTransport {
         bytes
     }
 
-    /// Posts `MPI_Isend(pending.bytes, count, datatype)` to `to` and keeps `pending`
-    /// until it completes; a dead peer drops the frame.
+    /// Posts `MPI_Isend` of `count` `datatype`s to `to` with `tag` on `comm`, reading
+    /// `pending.payload` if it has one, else `pending.bytes`, and keeps `pending` until
+    /// it completes. Returns whether it was posted: a dead peer drops the frame.
     fn isend(
         &mut self,
         to: Rank,
         pending: Sending,
         count: c_int,
         datatype: ffi::MPI_Datatype,
-    ) -> Result<(), MpiError> {
+        tag: c_int,
+        comm: ffi::MPI_Comm,
+    ) -> Result<bool, MpiError> {
         let mut request = null_request();
-        // SAFETY: `datatype` (`count` of it) describes `pending.bytes` and, for a
-        // two-block type, `pending.payload`'s bytes, both alive and unmoved in
-        // `sending` until MPI completes or frees the request.
+        let at = match &pending.payload {
+            Some(payload) => payload.as_ptr(),
+            None => pending.bytes.as_ptr(),
+        };
+        // SAFETY: `count` `datatype`s (bytes) are the buffer at `at`, alive and unmoved
+        // in `sending` (a `Vec`'s heap buffer, or the `Bytes` payload, which never moves
+        // its data) until MPI completes or frees the request.
         let code = unsafe {
             ffi::MPI_Isend(
-                pending.bytes.as_ptr().cast::<c_void>(),
+                at.cast::<c_void>(),
                 count,
                 datatype,
                 to as c_int,
-                FRAME_TAG,
-                self.comm.as_raw(),
+                tag,
+                comm,
                 &mut request,
             )
         };
         if is_process_failure(code) {
             self.stats.dropped_to_failed += 1;
             self.recycle(pending.bytes);
-            return Ok(());
+            return Ok(false);
         }
         if let Err(e) = check("MPI_Isend", code) {
             self.recycle(pending.bytes);
             return Err(e);
         }
-        self.stats.sent += 1;
+        if pending.payload.is_none() {
+            self.stats.sent += 1;
+        }
         self.requests.push(request);
         self.sending.push(pending);
-        Ok(())
+        Ok(true)
     }
 
     /// Completes the sends MPI has finished (their buffers go back to the pool), in one
@@ -415,20 +461,7 @@ impl MpiTransport {
             return Ok(());
         }
         let count = self.requests.len();
-        self.completed.resize(count, 0);
-        self.statuses.resize_with(count, empty_status);
-        let mut done: c_int = 0;
-        // SAFETY: `requests` holds `count` live requests of ours; MPI writes at most
-        // `count` indices and statuses, and sets completed requests to null.
-        let code = unsafe {
-            ffi::MPI_Testsome(
-                count as c_int,
-                self.requests.as_mut_ptr(),
-                &mut done,
-                self.completed.as_mut_ptr(),
-                self.statuses.as_mut_ptr(),
-            )
-        };
+        let (code, done) = test_some(&mut self.requests, &mut self.completed, &mut self.statuses);
         if is_process_failure(code) {
             // A failure that names no request (ULFM allows it; Open MPI 5.0 reports
             // failures in the statuses): find the failed sends one by one.
@@ -527,7 +560,7 @@ impl MpiTransport {
 
     /// Keeps a completed send's buffer for a later send, up to [`SPARE_BUFFERS`].
     fn recycle(&mut self, bytes: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS {
+        if bytes.capacity() > 0 && self.spare.len() < SPARE_BUFFERS {
             self.spare.push(bytes);
         }
     }
@@ -549,7 +582,7 @@ impl MpiTransport {
                 capacity,
                 ffi::RSMPI_UINT8_T,
                 ffi::RSMPI_ANY_SOURCE,
-                FRAME_TAG,
+                ffi::RSMPI_ANY_TAG,
                 self.comm.as_raw(),
                 &mut self.ring.requests[slot],
             )
@@ -561,6 +594,24 @@ impl MpiTransport {
         // Each round either returns or retires the head (a lost or oversized message
         // whose slot is re-posted): bounded by the ring.
         for _ in 0..=RECV_SLOTS {
+            if self.arrived.is_empty() && !self.incoming.is_empty() {
+                self.poll_payloads()?;
+            }
+            match self.arrived.pop_front() {
+                Some(Arrival::Frame { from, frame }) => {
+                    self.stats.received += 1;
+                    self.stats.payloads_received += 1;
+                    self.stats.frames_handed_over += 1;
+                    return Ok(Some(Received::Owned {
+                        from,
+                        frame: Bytes::from(frame),
+                    }));
+                }
+                Some(Arrival::Oversized { from, len }) => {
+                    return Ok(Some(Received::Oversized { from, len }));
+                }
+                None => {}
+            }
             if self.ring.repost {
                 let head = self.ring.head;
                 let code = self.post_recv(head);
@@ -597,6 +648,11 @@ impl MpiTransport {
                 // capacity.
                 unsafe { buffer.set_len(len) };
                 self.ring.repost = true;
+                if status.MPI_TAG == HEAD_TAG {
+                    // Its payload follows: received behind it, handed on when complete.
+                    self.receive_payload(head, from)?;
+                    continue;
+                }
                 self.stats.received += 1;
                 if len < HAND_OVER_FROM {
                     return Ok(Some(Received::Frame {
@@ -665,6 +721,135 @@ impl MpiTransport {
         }
     }
 
+    /// Ring slot `slot` holds a head from `from`: posts the receive of its payload from
+    /// `from` on the payload communicator, into a new buffer right behind a copy of the
+    /// head (MPI keeps a pair's messages in order, so the next payload from `from` is
+    /// this head's). A payload longer than [`MAX_PAYLOAD`] is received into no room
+    /// (MPI truncates it, which keeps the pair in step) and reported oversized.
+    fn receive_payload(&mut self, slot: usize, from: Rank) -> Result<(), MpiError> {
+        let frame = &self.ring.buffers[slot];
+        let Some(at) = frame.len().checked_sub(4) else {
+            self.stats.bad_heads += 1;
+            return Ok(());
+        };
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&frame[at..]);
+        let len = u32::from_le_bytes(len) as usize;
+        let room = if len > MAX_PAYLOAD { 0 } else { len };
+        let mut buffer = Vec::with_capacity(at + room);
+        buffer.extend_from_slice(&frame[..at]);
+        let mut request = null_request();
+        // SAFETY: the buffer has room for `room` bytes past its `at` initialised ones
+        // (its capacity, uninitialised memory MPI only writes); it stays alive and
+        // unmoved in `incoming` (a `Vec`'s heap buffer, unresized) until the request
+        // completes, is cancelled, or the transport is dropped (which leaks it).
+        let code = unsafe {
+            ffi::MPI_Irecv(
+                buffer.as_mut_ptr().add(at).cast::<c_void>(),
+                room as c_int,
+                ffi::RSMPI_UINT8_T,
+                from as c_int,
+                FRAME_TAG,
+                self.data_comm.as_raw(),
+                &mut request,
+            )
+        };
+        if is_process_failure(code) {
+            self.stats.lost_in_transfer += 1;
+            return Ok(());
+        }
+        check("MPI_Irecv", code)?;
+        self.incoming_requests.push(request);
+        self.incoming.push(Incoming { buffer, from, len });
+        Ok(())
+    }
+
+    /// Moves the payload receives that completed to `arrived`, in the order they were
+    /// posted: one `MPI_Testsome` over all of them, or, if it reports an error, a test
+    /// of each (a sender that died loses its frame).
+    fn poll_payloads(&mut self) -> Result<(), MpiError> {
+        let count = self.incoming_requests.len();
+        let (code, done) = test_some(
+            &mut self.incoming_requests,
+            &mut self.completed,
+            &mut self.statuses,
+        );
+        if code != ffi::MPI_SUCCESS as c_int {
+            return self.test_each_payload();
+        }
+        let done = usize::try_from(done).unwrap_or(0).min(count);
+        let mut finished: Vec<(usize, c_int)> = (0..done)
+            .filter_map(|k| {
+                let index = usize::try_from(self.completed[k]).ok()?;
+                let mut received: c_int = 0;
+                // SAFETY: the status of a completed receive.
+                unsafe { ffi::MPI_Get_count(&self.statuses[k], ffi::RSMPI_UINT8_T, &mut received) };
+                Some((index, received))
+            })
+            .collect();
+        finished.sort_unstable();
+        for &(index, received) in finished.iter().rev() {
+            self.incoming_requests.remove(index);
+            let incoming = self.incoming.remove(index);
+            self.arrived.push_front(arrival(incoming, received, true));
+        }
+        Ok(())
+    }
+
+    /// [`MpiTransport::poll_payloads`] one request at a time, after an `MPI_Testsome`
+    /// that reported an error.
+    fn test_each_payload(&mut self) -> Result<(), MpiError> {
+        let mut index = 0;
+        while index < self.incoming_requests.len() {
+            let request = &mut self.incoming_requests[index];
+            if *request == null_request() {
+                // Freed by MPI after an error it reported for the whole array: lost.
+                self.stats.lost_in_transfer += 1;
+                self.incoming_requests.remove(index);
+                self.incoming.remove(index);
+                continue;
+            }
+            let mut flag: c_int = 0;
+            let mut status = empty_status();
+            // SAFETY: a live request of ours; MPI writes the flag and the status.
+            let code = unsafe { ffi::MPI_Test(request, &mut flag, &mut status) };
+            let failed = is_process_failure(code);
+            let truncated = error_class(code) == ffi::MPI_ERR_TRUNCATE as c_int;
+            if code == ffi::MPI_SUCCESS as c_int && flag == 0 {
+                index += 1;
+                continue;
+            }
+            if code != ffi::MPI_SUCCESS as c_int && !failed && !truncated {
+                return check("MPI_Test", code);
+            }
+            self.free_incoming_request(index);
+            self.incoming_requests.remove(index);
+            let incoming = self.incoming.remove(index);
+            if failed {
+                // The sender died before or while sending the payload: the frame is
+                // lost, as a frame whose sender died in transfer.
+                self.stats.lost_in_transfer += 1;
+                continue;
+            }
+            let mut received: c_int = 0;
+            // SAFETY: the status of a completed receive.
+            unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut received) };
+            self.arrived
+                .push_back(arrival(incoming, received, !truncated));
+        }
+        Ok(())
+    }
+
+    /// Frees payload receive `index` if MPI left it allocated after completing it in
+    /// error.
+    fn free_incoming_request(&mut self, index: usize) {
+        let request = &mut self.incoming_requests[index];
+        if *request != null_request() {
+            // SAFETY: a completed request of ours.
+            unsafe { ffi::MPI_Request_free(request) };
+        }
+    }
+
     /// Acknowledges every failure MPI has noticed, so any-source operations work again.
     #[cfg(feature = "ulfm")]
     fn ack_failures(&mut self) -> Result<(), MpiError> {
@@ -714,6 +899,11 @@ impl Transport for MpiTransport {
 
 impl Drop for MpiTransport {
     fn drop(&mut self) {
+        // A request given up below may still complete (a send to a dead peer that MPI
+        // did not fail yet): its error would then be raised on its communicator, and on
+        // a freed one that aborts the job. So the communicators are freed only when no
+        // request is left.
+        let mut given_up = !self.requests.is_empty();
         let sending = std::mem::take(&mut self.sending);
         for (mut request, pending) in std::mem::take(&mut self.requests).into_iter().zip(sending) {
             if request != null_request() {
@@ -725,25 +915,44 @@ impl Drop for MpiTransport {
         }
         let buffers = std::mem::take(&mut self.ring.buffers);
         for (request, buffer) in self.ring.requests.iter_mut().zip(buffers) {
-            if *request == null_request() {
-                continue;
-            }
-            let mut flag: c_int = 0;
-            let mut status = empty_status();
-            // SAFETY: a posted receive of ours: cancelled (an unmatched receive then
-            // completes at once), then tested; MPI writes the flag and the status.
+            given_up |= !cancel_receive(request, buffer);
+        }
+        let incoming = std::mem::take(&mut self.incoming);
+        for (request, incoming) in self.incoming_requests.iter_mut().zip(incoming) {
+            given_up |= !cancel_receive(request, incoming.buffer);
+        }
+        if !given_up {
+            // SAFETY: dropped once, here, and never used again.
             unsafe {
-                ffi::MPI_Cancel(request);
-                ffi::MPI_Test(request, &mut flag, &mut status);
-            }
-            if flag == 0 && *request != null_request() {
-                // Matched and still in transfer: MPI may still write the buffer.
-                // SAFETY: a live request of ours, given up.
-                unsafe { ffi::MPI_Request_free(request) };
-                std::mem::forget(buffer);
+                ManuallyDrop::drop(&mut self.comm);
+                ManuallyDrop::drop(&mut self.data_comm);
             }
         }
     }
+}
+
+/// Cancels a posted receive of ours (an unmatched receive then completes at once) and
+/// frees `buffer`, or leaks it if the receive was matched and is still in transfer
+/// (MPI may still write it). Returns whether the receive is done with.
+fn cancel_receive(request: &mut ffi::MPI_Request, buffer: Vec<u8>) -> bool {
+    if *request == null_request() {
+        return true;
+    }
+    let mut flag: c_int = 0;
+    let mut status = empty_status();
+    // SAFETY: a posted receive of ours: cancelled, then tested; MPI writes the flag and
+    // the status.
+    unsafe {
+        ffi::MPI_Cancel(request);
+        ffi::MPI_Test(request, &mut flag, &mut status);
+    }
+    if flag == 0 && *request != null_request() {
+        // SAFETY: a live request of ours, given up.
+        unsafe { ffi::MPI_Request_free(request) };
+        std::mem::forget(buffer);
+        return false;
+    }
+    true
 }
 /// Whether `code` says a peer process died (ULFM's error classes).
 fn is_process_failure(code: c_int) -> bool {
@@ -793,6 +1002,56 @@ pub(crate) fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
             class: error_class(code),
         })
     }
+}
+
+/// A completed payload receive as a frame (its head, then the `received` bytes MPI
+/// wrote behind it), or oversized if it was refused or truncated (`!fits`).
+fn arrival(incoming: Incoming, received: c_int, fits: bool) -> Arrival {
+    let Incoming {
+        mut buffer,
+        from,
+        len,
+    } = incoming;
+    let head = buffer.len();
+    let room = buffer.capacity() - head;
+    if !fits || len > room {
+        return Arrival::Oversized {
+            from,
+            len: head + len,
+        };
+    }
+    let received = usize::try_from(received).unwrap_or(0).min(room);
+    // SAFETY: MPI wrote `received` bytes right after the head, within the capacity.
+    unsafe { buffer.set_len(head + received) };
+    Arrival::Frame {
+        from,
+        frame: buffer,
+    }
+}
+
+/// `MPI_Testsome` over `requests` (live requests of ours), with `completed` and
+/// `statuses` as its scratch: MPI's code and the count it completed.
+fn test_some(
+    requests: &mut [ffi::MPI_Request],
+    completed: &mut Vec<c_int>,
+    statuses: &mut Vec<ffi::MPI_Status>,
+) -> (c_int, c_int) {
+    let count = requests.len();
+    completed.resize(count, 0);
+    statuses.resize_with(count, empty_status);
+    let mut done: c_int = 0;
+    // SAFETY: `requests` holds `count` live requests of ours; MPI writes at most `count`
+    // indices and statuses, and sets completed requests to null.
+    let code = unsafe {
+        ffi::MPI_Testsome(
+            count as c_int,
+            requests.as_mut_ptr(),
+            &mut done,
+            completed.as_mut_ptr(),
+            statuses.as_mut_ptr(),
+        )
+    };
+    (code, done)
 }
 
 fn null_request() -> ffi::MPI_Request {

@@ -232,6 +232,19 @@ impl RankStack {
         }
     }
 
+    /// Sets the longest data chunk the broadcaster sends to a leaf
+    /// ([`Config::leaf_chunk_bytes`]). Applies to streams started from now on.
+    ///
+    /// # Panics
+    /// If `bytes` is 0.
+    pub fn set_leaf_chunk_bytes(&mut self, bytes: usize) {
+        assert!(bytes > 0, "chunks of 0 bytes");
+        self.bcast_config.leaf_chunk_bytes = Some(bytes);
+        if let Some(bcast) = self.bcast.as_mut() {
+            bcast.set_leaf_chunk_bytes(bytes);
+        }
+    }
+
     /// What the broadcaster sent of its payloads ([`Broadcaster::stats`]; zeros before
     /// this rank takes part in a broadcast).
     pub fn bcast_stats(&self) -> BcastStats {

@@ -61,6 +61,14 @@ pub struct BenchBcastArgs {
     /// microseconds.
     #[arg(long, default_value_t = 500)]
     pub spin_us: u64,
+    /// The longest chunk the stack sends, in bytes (the stack's `chunk_bytes`); unset,
+    /// the transport's choice.
+    #[arg(long)]
+    pub chunk_bytes: Option<usize>,
+    /// The longest chunk the stack sends to a leaf of a tree, in bytes (the stack's
+    /// `leaf_chunk_bytes`); unset, the backend's choice.
+    #[arg(long)]
+    pub leaf_chunk_bytes: Option<usize>,
     /// The broadcast strategy: per-class, fetch-for-descendants or per-output.
     #[arg(long, default_value = "per-class", value_parser = parse_strategy)]
     pub strategy: Strategy,
@@ -101,12 +109,24 @@ impl BenchBcastArgs {
             .collect()
     }
 
-    /// Sets the driver's idle loop as the options say.
-    pub fn set_idle<T: Transport>(&self, driver: &mut RankDriver<T>) {
+    /// Sets the driver's idle loop, and the stack's chunks (if given), as the options
+    /// say.
+    pub fn configure<T: Transport>(&self, driver: &mut RankDriver<T>) -> Result<(), String> {
         driver.set_idle(
             StdDuration::from_micros(self.spin_us),
             StdDuration::from_micros(self.idle_us),
         );
+        if let Some(bytes) = self.chunk_bytes.filter(|&b| b > 0) {
+            driver
+                .command(|stack, _| stack.set_chunk_bytes(bytes))
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(bytes) = self.leaf_chunk_bytes.filter(|&b| b > 0) {
+            driver
+                .command(|stack, _| stack.set_leaf_chunk_bytes(bytes))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 
@@ -390,7 +410,7 @@ pub fn bench_bcast<L: Launch>(
     raw.barrier(tag)?;
 
     let mut driver = crate::drive(raw.transport, me, n, args);
-    bench.set_idle(&mut driver);
+    bench.configure(&mut driver)?;
     for (from, bytes) in std::mem::take(&mut raw.early) {
         driver.deliver(from, &bytes).map_err(|e| e.to_string())?;
     }

@@ -43,6 +43,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
+use backend_mpi::transport::MAX_PAYLOAD;
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
@@ -60,6 +61,11 @@ use serde_json::json;
     about = "Failure views and broadcasts over real MPI, one process per rank"
 )]
 struct Cli {
+    /// Leave glibc's heap policy as it is: freed memory above 128 KiB goes back to the
+    /// system, and the next broadcast's receive buffers fault their pages in again (by
+    /// default ftmpi keeps freed memory in the process: `keep_heap`).
+    #[arg(long, global = true)]
+    trim_heap: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -162,6 +168,21 @@ const BAD_INPUT: u8 = 2;
 /// anyway.
 const FINALIZE_LIMIT: StdDuration = StdDuration::from_secs(5);
 
+/// Keeps the memory the process frees for its next allocations, as HPC runtimes
+/// commonly set their allocator: glibc trims no free memory off the heap and serves
+/// allocations up to 32 MiB (its largest) from the heap, not from fresh mappings. A
+/// broadcast's receive buffers (one per chunk, owned by the outputs until the task is
+/// released) then reuse the pages of the last task's instead of faulting in new zeroed
+/// ones: at n = 4, 4 MiB × 4 outputs, glibc's defaults cost the stack about 2× (the
+/// notes of issue 14g); `MPI_Bcast` reuses its caller's buffers and is unaffected.
+fn keep_heap() {
+    // SAFETY: `mallopt` only sets glibc's allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+    }
+}
+
 fn main() -> ExitCode {
     let parsed = Cli::try_parse();
     // Serialized: in threaded runs the progress thread, not the main one, calls MPI.
@@ -188,12 +209,19 @@ fn main() -> ExitCode {
             return code;
         }
     };
+    if !cli.trim_heap {
+        keep_heap();
+    }
     let result = match &cli.command {
         // This backend's baseline is MPI_Bcast, not the shared job's two-sided one.
         Command::Job(JobCommand::BenchBcast { bench, job }) => ft_jobs::start(&launch, job)
             .and_then(|mut driver| {
-                bench.set_idle(&mut driver);
-                bench_bcast(&world, driver, bench, job)
+                // MPI takes a payload of any length after its head: an output goes to a
+                // leaf in one message.
+                let mut bench = bench.clone();
+                bench.leaf_chunk_bytes.get_or_insert(MAX_PAYLOAD);
+                bench.configure(&mut driver)?;
+                bench_bcast(&world, driver, &bench, job)
             }),
         Command::Job(job) => job.run(&launch),
         Command::Bench {

@@ -144,6 +144,13 @@ pub struct Config {
     /// chunks of any length that their transport delivers (at most the frame size:
     /// [`frame_capacity_for`](ft_core::wire::frame_capacity_for)).
     pub chunk_bytes: usize,
+    /// The longest data chunk this rank sends to a child with no descendant in any of
+    /// the broadcast's trees here (a leaf: there is nothing to pipeline to), if set
+    /// (else [`Config::chunk_bytes`], the default). A transport whose receivers take a
+    /// frame of any length and whose cost is per message (MPI: one message per chunk)
+    /// sends an output to a leaf in one piece, so the leaf joins no chunks for
+    /// [`Broadcaster::output`]. A relay's chunks are still at most those it received.
+    pub leaf_chunk_bytes: Option<usize>,
     /// Whether a parent streams a child's fetch set right after activating it (eager
     /// push, the default: one message delay per tree level) instead of waiting for the
     /// child's request (pull only: activation, request, then data). Only the sender's
@@ -164,6 +171,7 @@ impl Config {
             max_task_bytes: 1 << 32,
             max_outputs: 4096,
             chunk_bytes: MAX_CHUNK,
+            leaf_chunk_bytes: None,
             eager_push: true,
         }
     }
@@ -383,6 +391,15 @@ impl Broadcaster {
     pub fn set_chunk_bytes(&mut self, bytes: usize) {
         assert!(bytes > 0, "chunks of 0 bytes");
         self.cfg.chunk_bytes = bytes;
+    }
+
+    /// Sets [`Config::leaf_chunk_bytes`] for the streams started from now on.
+    ///
+    /// # Panics
+    /// If `bytes` is 0.
+    pub fn set_leaf_chunk_bytes(&mut self, bytes: usize) {
+        assert!(bytes > 0, "chunks of 0 bytes");
+        self.cfg.leaf_chunk_bytes = Some(bytes);
     }
 
     /// Drops everything kept for `task` (its payloads included). Chunks of it that

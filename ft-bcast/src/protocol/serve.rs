@@ -23,8 +23,8 @@ use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, Tra
 
 use super::codec::{activation_frames, put_set, Activation};
 use super::state::{
-    absorb_parts, missing_from, validate_entries, Chunk, ChunkPlace, Early, Entry, Outgoing,
-    Parked, TreeState, Waiting,
+    absorb_parts, missing_from, stream_chunk, validate_entries, Chunk, ChunkPlace, Early, Entry,
+    Outgoing, Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -141,12 +141,19 @@ impl Broadcaster {
         for (to, bytes) in activations {
             self.out.push_back(Outgoing::Frame { to, bytes });
         }
+        let (chunk, leaf) = (self.cfg.chunk_bytes, self.cfg.leaf_chunk_bytes);
+        let relays = if streams.is_empty() {
+            None
+        } else {
+            t.relays(chunk, leaf)
+        };
         for (to, output) in streams {
             self.out.push_back(Outgoing::Stream {
                 to,
                 task,
                 output,
                 offset: 0,
+                chunk: stream_chunk(relays.as_ref(), to, chunk, leaf),
             });
         }
     }
@@ -426,12 +433,18 @@ impl Broadcaster {
             let mut k = 0;
             while k < t.parked.len() {
                 if t.parked[k].output == output {
-                    let Parked { to, output, offset } = t.parked.swap_remove(k);
+                    let Parked {
+                        to,
+                        output,
+                        offset,
+                        chunk,
+                    } = t.parked.swap_remove(k);
                     self.out.push_back(Outgoing::Stream {
                         to,
                         task,
                         output,
                         offset,
+                        chunk,
                     });
                 } else {
                     k += 1;
@@ -545,7 +558,7 @@ impl Broadcaster {
                 }
                 return Ok(None);
             };
-            let (to, task, output, offset) = match next {
+            let (to, task, output, offset, chunk) = match next {
                 Outgoing::Frame { to, bytes } => {
                     let (to, head) = (*to, wire::copy_out(bytes, buf)?);
                     self.out.pop_front();
@@ -560,7 +573,8 @@ impl Broadcaster {
                     task,
                     output,
                     offset,
-                } => (to, task, output, offset),
+                    chunk,
+                } => (to, task, output, offset, chunk),
             };
             let header = Header {
                 kind: FrameKind::BcastData,
@@ -578,12 +592,14 @@ impl Broadcaster {
             };
             // The next chunk from the in-order prefix held so far: it goes as soon as it
             // is there (pipelining), else the stream waits for it.
-            let piece = t
-                .buffers
-                .get(&output)
-                .and_then(|b| b.piece(offset, self.cfg.chunk_bytes));
+            let piece = t.buffers.get(&output).and_then(|b| b.piece(offset, chunk));
             let Some(piece) = piece else {
-                t.parked.push(Parked { to, output, offset });
+                t.parked.push(Parked {
+                    to,
+                    output,
+                    offset,
+                    chunk,
+                });
                 self.out.pop_front();
                 continue;
             };
@@ -610,6 +626,7 @@ impl Broadcaster {
                     task,
                     output,
                     offset: end,
+                    chunk,
                 });
             }
             self.stats.payload_bytes_sent += len;

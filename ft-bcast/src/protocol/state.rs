@@ -367,6 +367,8 @@ pub(super) struct Parked {
     pub(super) to: Rank,
     pub(super) output: u32,
     pub(super) offset: u64,
+    /// The stream's longest chunk.
+    pub(super) chunk: usize,
 }
 
 #[derive(Debug)]
@@ -380,7 +382,38 @@ pub(super) enum Outgoing {
         task: u32,
         output: u32,
         offset: u64,
+        /// Its longest chunk ([`Config::chunk_bytes`](super::Config), or
+        /// [`Config::leaf_chunk_bytes`](super::Config) to a leaf).
+        chunk: usize,
     },
+}
+
+impl Task {
+    /// The ranks with a descendant in some tree of this task here (relays), if chunks
+    /// to leaves differ from other chunks (`leaf` set and not `chunk`); `None`
+    /// otherwise.
+    pub(super) fn relays(&self, chunk: usize, leaf: Option<usize>) -> Option<HashSet<Rank>> {
+        leaf.is_some_and(|leaf| leaf != chunk).then(|| {
+            self.trees
+                .values()
+                .flat_map(|tree| tree.entries.iter().map(|e| e.parent))
+                .collect()
+        })
+    }
+}
+
+/// The longest chunk of a stream to `to`: `leaf` if set and `to` relays nothing
+/// (`relays` as [`Task::relays`] gives it), else `chunk`.
+pub(super) fn stream_chunk(
+    relays: Option<&HashSet<Rank>>,
+    to: Rank,
+    chunk: usize,
+    leaf: Option<usize>,
+) -> usize {
+    match (relays, leaf) {
+        (Some(relays), Some(leaf)) if !relays.contains(&to) => leaf,
+        _ => chunk,
+    }
 }
 
 /// `want \ held`.

@@ -21,6 +21,9 @@ fn payload(j: usize, len: u64) -> Vec<u8> {
         .collect()
 }
 
+/// The longest chunk some of [`Net`]'s ranks send to a leaf.
+const LEAF_CHUNK: usize = 3 * MAX_CHUNK;
+
 /// An in-test network: frames are delivered in random order, failures are notified
 /// to each survivor at a random later step. Ranks send chunks of different sizes (so
 /// relays re-chunk nothing but receivers see every chunking), and each frame is taken at
@@ -56,6 +59,7 @@ impl Net {
                 .map(|me| {
                     let mut cfg = Config::new(9, n, me);
                     cfg.chunk_bytes = [MAX_CHUNK, 1000, 4099][chunks.below(3) as usize];
+                    cfg.leaf_chunk_bytes = [None, Some(LEAF_CHUNK)][chunks.below(2) as usize];
                     cfg.eager_push = eager_push;
                     Some(Broadcaster::new(cfg))
                 })
@@ -64,7 +68,7 @@ impl Net {
             notices: Vec::new(),
             events: (0..n).map(|_| Vec::new()).collect(),
             rng: SplitMix::new(seed),
-            buf: vec![0; wire::frame_capacity(n)],
+            buf: vec![0; wire::frame_capacity_for(n, LEAF_CHUNK)],
             delivered: 0,
             subtree_frames: 0,
             received: BTreeMap::new(),
@@ -442,6 +446,61 @@ fn chunks_leave_and_are_forwarded_as_slices_of_the_payload_never_copies() {
         assert_eq!(ranks[3].output(5, j), Some(&payloads[j as usize][..]));
     }
     assert_eq!(ranks[1].output(5, 0), Some(&payloads[0][..]));
+}
+
+#[test]
+fn a_leaf_gets_its_output_in_one_chunk_and_a_relay_in_pipelined_ones() {
+    // Binomial tree over 6 ranks: the root's children are relays and leaves. With
+    // `leaf_chunk_bytes`, every output goes to a leaf child in one chunk (nothing to
+    // join), to a relay in chunks of `chunk_bytes` (it forwards them as they come).
+    let size = 3 * MAX_CHUNK as u64 + 5;
+    let spec = PlanSpec::new(6, 0).with_output(OutputSpec::new("A", size, vec![1, 2, 3, 4, 5]));
+    let plan = Plan::build(spec).unwrap();
+    let relays: BTreeSet<Rank> = plan.edges().map(|e| e.parent).collect();
+    let data = Bytes::from(payload(0, size));
+    let mut ranks: Vec<Broadcaster> = (0..6)
+        .map(|me| Broadcaster::new(Config::new(9, 6, me)))
+        .collect();
+    for m in &mut ranks {
+        m.set_leaf_chunk_bytes(1 << 20);
+    }
+    ranks[0]
+        .start_broadcast(Instant::ZERO, 5, &plan, [data.clone()])
+        .unwrap();
+    let mut buf = vec![0; wire::frame_capacity(6)];
+    let mut in_flight: VecDeque<(Rank, Rank, Vec<u8>)> = VecDeque::new();
+    let mut whole_to_leaves = 0;
+    loop {
+        for r in 0..6u32 {
+            while let Some(t) = ranks[r as usize]
+                .poll_transmit_parts(Instant::ZERO, &mut buf)
+                .unwrap()
+            {
+                let mut frame = buf[..t.head].to_vec();
+                if let Some(p) = &t.payload {
+                    if relays.contains(&t.to) {
+                        assert!(p.len() <= MAX_CHUNK, "{r} -> relay {}: {}", t.to, p.len());
+                    } else if r == 0 {
+                        assert_eq!(p.len() as u64, size, "the root sends a leaf one chunk");
+                        whole_to_leaves += 1;
+                    }
+                    frame.extend_from_slice(p);
+                }
+                in_flight.push_back((r, t.to, frame));
+            }
+        }
+        let Some((from, to, frame)) = in_flight.pop_front() else {
+            break;
+        };
+        ranks[to as usize]
+            .handle_message_owned(Instant::ZERO, from, Bytes::from(frame))
+            .unwrap();
+    }
+    assert!(whole_to_leaves >= 1, "the root has a leaf child");
+    for (r, m) in ranks.iter().enumerate().skip(1) {
+        assert_eq!(m.output(5, 0), Some(&data[..]), "rank {r}");
+        assert_eq!(m.stats().received_bytes_copied, 0, "rank {r}");
+    }
 }
 
 #[test]
