@@ -886,6 +886,11 @@ impl Transport for MpiTransport {
     fn copies_payload(&self) -> bool {
         MpiTransport::copies_payload(self)
     }
+    /// [`MAX_PAYLOAD`]: a payload is its own message of any length behind its head,
+    /// and each message costs a driver round, so a leaf gets each output whole.
+    fn leaf_chunk_bytes(&self) -> Option<usize> {
+        Some(MAX_PAYLOAD)
+    }
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
         MpiTransport::try_recv(self)
     }

@@ -311,8 +311,10 @@ fn sends_to_a_killed_rank_are_dropped_and_the_sender_goes_on() {
 #[test]
 fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
     // plans/mpi-8.json: A 1 MiB to 7 ranks, B 200,000 bytes to 3, C 65,537 to 4, in
-    // chunks of MAX_CHUNK. Failure-free, every delivered payload byte is sent once by
-    // some rank's `send_parts`: in place, except chunks shorter than COPY_BELOW.
+    // chunks of MAX_CHUNK to relays and whole to leaves (the transport's
+    // `leaf_chunk_bytes`). Failure-free, every delivered payload byte is sent once by
+    // some rank's `send_parts`: in place, except chunks shorter than COPY_BELOW (at
+    // most the short tails of the outputs chunked for relays).
     let lines = run(8, &["broadcast", "plans/mpi-8.json"]);
     assert_eq!(ft_jobs::report::ranks(&lines).len(), 8);
     let chunk = ft_core::wire::MAX_CHUNK as u64;
@@ -332,8 +334,9 @@ fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
             .map(|l| l["stats"][name].as_u64().unwrap())
             .sum()
     };
-    assert_eq!(sum("payload_bytes_copied"), copied, "{lines:#?}");
-    assert_eq!(sum("payload_bytes_in_place"), total - copied, "{lines:#?}");
+    let (in_place, short) = (sum("payload_bytes_in_place"), sum("payload_bytes_copied"));
+    assert!(short <= copied, "{lines:#?}");
+    assert_eq!(in_place + short, total, "{lines:#?}");
 }
 
 #[test]

@@ -396,11 +396,15 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
 
 impl<T: Transport> Driver<RankStack, T> {
     /// Drives a [`RankStack`] over `transport` ([`Driver::new`]), its broadcast chunks
-    /// sized for the transport ([`Transport::chunk_bytes`]), and the transport told of
+    /// sized for the transport ([`Transport::chunk_bytes`], and
+    /// [`Transport::leaf_chunk_bytes`] to leaves), and the transport told of
     /// every death the stack learns ([`Transport::forget_peer`]: a declaration by this
     /// rank's detector or a notice from another rank).
     pub fn for_stack(mut stack: RankStack, transport: T, origin: WallInstant) -> Self {
         stack.set_chunk_bytes(transport.chunk_bytes());
+        if let Some(bytes) = transport.leaf_chunk_bytes().filter(|&b| b > 0) {
+            stack.set_leaf_chunk_bytes(bytes);
+        }
         let mut driver = Driver::new(stack, transport, origin);
         driver.death_of = |event| match *event {
             StackEvent::Node(NodeEvent::Suspected { rank })

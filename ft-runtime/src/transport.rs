@@ -89,6 +89,16 @@ pub trait Transport {
     fn chunk_bytes(&self) -> usize {
         wire::MAX_CHUNK
     }
+    /// The longest data chunk the driver's stack sends to a leaf (a child that relays
+    /// nothing, so nothing is pipelined behind it), if it may be longer than
+    /// [`Transport::chunk_bytes`]: a transport that receives a payload of any length
+    /// behind its head, and whose cost is per message, sends a leaf each output whole,
+    /// and the leaf joins no chunks ([`crate::Driver::for_stack`]). Default: none (leaves
+    /// get [`Transport::chunk_bytes`] chunks, and receive buffers stay
+    /// [`wire::frame_capacity_for`] long).
+    fn leaf_chunk_bytes(&self) -> Option<usize> {
+        None
+    }
     /// The stack learned that `rank` is dead: drop whatever is kept for it (pending
     /// sends, one-sided transfers it would have read). Called once per death by a
     /// driver built with [`crate::Driver::for_stack`]. Default: nothing is kept.

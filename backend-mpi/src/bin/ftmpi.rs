@@ -43,7 +43,6 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
-use backend_mpi::transport::MAX_PAYLOAD;
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
@@ -216,12 +215,8 @@ fn main() -> ExitCode {
         // This backend's baseline is MPI_Bcast, not the shared job's two-sided one.
         Command::Job(JobCommand::BenchBcast { bench, job }) => ft_jobs::start(&launch, job)
             .and_then(|mut driver| {
-                // MPI takes a payload of any length after its head: an output goes to a
-                // leaf in one message.
-                let mut bench = bench.clone();
-                bench.leaf_chunk_bytes.get_or_insert(MAX_PAYLOAD);
                 bench.configure(&mut driver)?;
-                bench_bcast(&world, driver, &bench, job)
+                bench_bcast(&world, driver, bench, job)
             }),
         Command::Job(job) => job.run(&launch),
         Command::Bench {
