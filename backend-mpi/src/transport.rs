@@ -119,6 +119,18 @@ pub const HAND_OVER_FROM: usize = 4096;
 /// header rather than described by a datatype.
 pub const COPY_BELOW: usize = 512;
 
+/// The broadcast chunk a relay is sent ([`Transport::chunk_bytes`]; leaves get whole
+/// outputs, [`MAX_PAYLOAD`]): 256 KiB. Each chunk is a head and a payload message
+/// through the driver loop, and on 2 shared cores a message delay is a context switch,
+/// so 64 KiB chunks cost more than their pipelining gains. `ftmpi bench-bcast --sizes
+/// 262144 1048576 4194304 --chunk-bytes C`, one output, three alternated rounds (load
+/// 2.5–4.5), median `ratio_to_mpi_bcast` for C = 64 KiB / 256 KiB / 1 MiB: n = 4, 256
+/// KiB 2.26 / 1.44 / 1.56, 1 MiB 1.54 / 1.45 / 2.26, 4 MiB 1.74 / 1.47 / 1.01; n = 8,
+/// 2.64–11.8 / 2.11 / 1.87, 2.55 / 2.02 / 1.53, 2.36 / 2.14 / 1.88. 1 MiB did about
+/// as well here with a wider spread, but pipelines less down a deep tree (a 4 MiB
+/// output is only 4 chunks), so 256 KiB, as on libfabric.
+pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+
 /// An MPI call failed for a reason other than a dead peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MpiError {
@@ -885,6 +897,10 @@ impl Transport for MpiTransport {
     }
     fn copies_payload(&self) -> bool {
         MpiTransport::copies_payload(self)
+    }
+    /// [`DEFAULT_CHUNK_BYTES`].
+    fn chunk_bytes(&self) -> usize {
+        DEFAULT_CHUNK_BYTES
     }
     /// [`MAX_PAYLOAD`]: a payload is its own message of any length behind its head,
     /// and each message costs a driver round, so a leaf gets each output whole.

@@ -311,13 +311,13 @@ fn sends_to_a_killed_rank_are_dropped_and_the_sender_goes_on() {
 #[test]
 fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
     // plans/mpi-8.json: A 1 MiB to 7 ranks, B 200,000 bytes to 3, C 65,537 to 4, in
-    // chunks of MAX_CHUNK to relays and whole to leaves (the transport's
-    // `leaf_chunk_bytes`). Failure-free, every delivered payload byte is sent once by
+    // chunks of DEFAULT_CHUNK_BYTES to relays and whole to leaves (the transport's
+    // `chunk_bytes` and `leaf_chunk_bytes`). Failure-free, every delivered payload byte is sent once by
     // some rank's `send_parts`: in place, except chunks shorter than COPY_BELOW (at
     // most the short tails of the outputs chunked for relays).
     let lines = run(8, &["broadcast", "plans/mpi-8.json"]);
     assert_eq!(ft_jobs::report::ranks(&lines).len(), 8);
-    let chunk = ft_core::wire::MAX_CHUNK as u64;
+    let chunk = backend_mpi::transport::DEFAULT_CHUNK_BYTES as u64;
     let small = backend_mpi::transport::COPY_BELOW as u64;
     let outputs: [(u64, u64); 3] = [(1_048_576, 7), (200_000, 3), (65_537, 4)];
     let total: u64 = outputs.iter().map(|(bytes, dests)| bytes * dests).sum();
