@@ -57,6 +57,8 @@ impl JobTransport for MpiTransport {
             ("unattributed_failures", s.unattributed_failures),
             ("payload_bytes_in_place", s.payload_bytes_in_place),
             ("payload_bytes_copied", s.payload_bytes_copied),
+            ("payloads_received", s.payloads_received),
+            ("payload_buffers_reused", s.payload_buffers_reused),
         ]
     }
     fn saw_failure(&self) -> bool {

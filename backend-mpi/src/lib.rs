@@ -3,10 +3,12 @@
 //! logic.
 //!
 //! - [`transport`]: [`MpiTransport`], frames over a duplicate of a communicator with
-//!   `MPI_ERRORS_RETURN`, nonblocking sends (bulk payloads sent in place through a
-//!   two-block datatype), a ring of pre-posted any-source receives, and (feature
+//!   `MPI_ERRORS_RETURN`, nonblocking sends (a bulk payload sent in place as its own
+//!   message behind its head), a ring of pre-posted any-source receives, and (feature
 //!   `ulfm`, on by default) the failure acknowledgement ULFM requires for any-source
 //!   receives after a process dies;
+//! - [`pool`]: [`pool::ReceivePool`], the payload receive buffers, back for the next
+//!   receives once the protocol drops the last `Bytes` of them;
 //! - [`ulfm`] (feature `ulfm`): the ULFM calls the crate uses, and `MPIX_Comm_agree`
 //!   for the benchmark;
 //! - the backend loop itself is `ft_runtime::Driver` over an [`MpiTransport`] (and
@@ -32,6 +34,7 @@
 //! a failure.
 #[cfg(feature = "cli")]
 pub mod job;
+pub mod pool;
 pub mod transport;
 #[cfg(feature = "ulfm")]
 pub mod ulfm;

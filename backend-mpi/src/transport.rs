@@ -75,6 +75,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
 
+use crate::pool::ReceivePool;
 use bytes::Bytes;
 use ft_core::{wire, Rank};
 use ft_runtime::{Received, Transport};
@@ -188,6 +189,9 @@ pub struct TransportStats {
     /// Frames whose payload came as its own message behind a head ([`HEAD_TAG`]):
     /// received straight behind the head in one buffer, handed over.
     pub payloads_received: u64,
+    /// Of [`TransportStats::payloads_received`], those received into a buffer an
+    /// earlier payload had used ([`crate::pool::ReceivePool`]); the rest allocated one.
+    pub payload_buffers_reused: u64,
     /// Heads too short to carry a payload length: dropped.
     pub bad_heads: u64,
 }
@@ -243,6 +247,8 @@ pub struct MpiTransport {
     incoming: Vec<Incoming>,
     /// Completed payload receives not yet handed on, oldest first.
     arrived: VecDeque<Arrival>,
+    /// Where payload receives land, and their buffers come back to.
+    pool: ReceivePool,
     me: Rank,
     n: u32,
     /// Pending `MPI_Isend` requests, in step with `sending`: `sending[i]` holds what
@@ -287,6 +293,7 @@ impl MpiTransport {
             incoming_requests: Vec::new(),
             incoming: Vec::new(),
             arrived: VecDeque::new(),
+            pool: ReceivePool::new(),
             me,
             n,
             requests: Vec::new(),
@@ -616,7 +623,7 @@ impl MpiTransport {
                     self.stats.frames_handed_over += 1;
                     return Ok(Some(Received::Owned {
                         from,
-                        frame: Bytes::from(frame),
+                        frame: self.pool.share(frame),
                     }));
                 }
                 Some(Arrival::Oversized { from, len }) => {
@@ -748,7 +755,8 @@ impl MpiTransport {
         len.copy_from_slice(&frame[at..]);
         let len = u32::from_le_bytes(len) as usize;
         let room = if len > MAX_PAYLOAD { 0 } else { len };
-        let mut buffer = Vec::with_capacity(at + room);
+        let (mut buffer, reused) = self.pool.take(at + room);
+        self.stats.payload_buffers_reused += u64::from(reused);
         buffer.extend_from_slice(&frame[..at]);
         let mut request = null_request();
         // SAFETY: the buffer has room for `room` bytes past its `at` initialised ones
