@@ -197,6 +197,10 @@ pub struct BcastStats {
     /// out of a frame lent with
     /// [`Protocol::handle_message`](ft_core::Protocol::handle_message).
     pub received_bytes_copied: u64,
+    /// Payload bytes of the data chunks this rank received (its output's size
+    /// announced) that it held already: a repair stream overlapping what the old source
+    /// sent, or a whole chunk of an output already complete. Failure-free, 0.
+    pub received_bytes_duplicate: u64,
 }
 
 /// What the broadcaster reports to the application.

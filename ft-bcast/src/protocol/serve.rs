@@ -422,11 +422,14 @@ impl Broadcaster {
         }
         check_chunk(size, offset, len as u64)?;
         if t.complete.contains(output) {
+            self.stats.received_bytes_duplicate += len as u64;
             return Ok(());
         }
         let buffer = t.buffers.entry(output).or_default();
-        let before = buffer.held();
+        let (before, kept_before) = (buffer.held(), buffer.bytes_kept());
         let complete = buffer.add(size, offset, chunk.keep(&mut self.stats));
+        let added = buffer.bytes_kept().saturating_sub(kept_before);
+        self.stats.received_bytes_duplicate += len.saturating_sub(added) as u64;
         // (An empty output's one chunk grows nothing but completes it.)
         if buffer.held() > before || complete {
             // Streams of this output waiting for data go on from where they stopped.

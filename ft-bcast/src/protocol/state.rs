@@ -113,6 +113,8 @@ pub(super) struct Buffer {
     /// Length of the prefix.
     held: u64,
     pub(super) ahead: BTreeMap<u64, Bytes>,
+    /// Bytes in `ahead`.
+    ahead_bytes: u64,
 }
 
 impl Buffer {
@@ -123,6 +125,7 @@ impl Buffer {
             whole: Some(data),
             prefix: Vec::new(),
             ahead: BTreeMap::new(),
+            ahead_bytes: 0,
         }
     }
 
@@ -138,8 +141,7 @@ impl Buffer {
 
     /// Payload bytes kept (prefix and chunks ahead of it).
     pub(super) fn bytes_kept(&self) -> usize {
-        let ahead: usize = self.ahead.values().map(Bytes::len).sum();
-        self.held as usize + ahead
+        (self.held + self.ahead_bytes) as usize
     }
 
     /// Up to `max` bytes of the prefix from `offset`, shared, not copied, and never across
@@ -205,6 +207,7 @@ impl Buffer {
                 break;
             }
             let (offset, chunk) = entry.remove_entry();
+            self.ahead_bytes -= chunk.len() as u64;
             let end = offset + chunk.len() as u64;
             if end > self.held {
                 let skip = (self.held - offset) as usize;
@@ -230,11 +233,13 @@ impl Buffer {
         for (from, to) in covered {
             if from > at {
                 let piece = chunk.slice((at - offset) as usize..(from - offset) as usize);
+                self.ahead_bytes += piece.len() as u64;
                 self.ahead.insert(at, piece);
             }
             at = at.max(to);
         }
         if at < end {
+            self.ahead_bytes += end - at;
             self.ahead.insert(at, chunk.slice((at - offset) as usize..));
         }
     }
@@ -255,6 +260,7 @@ impl Buffer {
         };
         self.prefix = Vec::new();
         self.ahead.clear();
+        self.ahead_bytes = 0;
         self.whole = Some(whole);
     }
 }

@@ -543,6 +543,8 @@ fn chunks_of_any_size_from_two_sources_fill_an_output_once() {
     }
     assert_eq!(m.output(5, 0), Some(&data[..]));
     assert_eq!(held_bytes(&m) as u64, size);
+    // 18000 bytes came for an output of 10000: the overlaps are counted.
+    assert_eq!(m.stats().received_bytes_duplicate, 8000);
 
     // Chunks outside the output, or empty ones, are the peer's fault.
     let mut m = Broadcaster::new(Config::new(9, 3, 1));
