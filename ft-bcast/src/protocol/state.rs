@@ -15,6 +15,7 @@ use hashbrown::{HashMap, HashSet};
 
 use ft_core::{FrameError, Rank, RankSet};
 
+use super::codec::Want;
 use super::BcastStats;
 use crate::outputs::OutputSet;
 
@@ -265,11 +266,12 @@ impl Buffer {
     }
 }
 
-/// A request waiting for outputs this rank does not hold yet.
+/// A request waiting for outputs whose size is not announced here yet: each output
+/// with the offset its stream starts at.
 #[derive(Debug)]
 pub(super) struct Waiting {
     pub(super) child: Rank,
-    pub(super) outputs: OutputSet,
+    pub(super) wants: Vec<Want>,
 }
 
 #[derive(Debug, Default)]
