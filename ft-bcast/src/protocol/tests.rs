@@ -1413,6 +1413,13 @@ fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
         }
         frames
     };
+    // Rank 0 sends rank 1 both outputs: 1000 bytes in one chunk, and the empty one.
+    let feed = |m: &mut Broadcaster| {
+        for (output, size) in [(0, 1000), (1, 0)] {
+            m.handle_message(Instant::ZERO, 0, &data_frame(0, output, size, 0))
+                .unwrap();
+        }
+    };
     // Rank 1 knows output 0 has 1000 bytes, output 1 none.
     let mut m = Broadcaster::new(Config::new(9, 3, 1));
     m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[1000, 0]))
@@ -1442,11 +1449,7 @@ fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
     // nothing yet, so its streams wait for the data.
     m.handle_message(Instant::ZERO, 2, &request_frame_at(2, &[(0, 999), (1, 0)]))
         .unwrap();
-    m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, 1000, 0))
-        .unwrap();
-    let mut w = task5(FrameKind::BcastData, 0);
-    w.put_varint(1).put_varint(0).put_varint(0).put_bytes(&[]);
-    m.handle_message(Instant::ZERO, 0, &w.finish()).unwrap();
+    feed(&mut m);
     let mut sent = Vec::new();
     while let Some(t) = m.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
         let ctx = wire::Context { comm: 9, n: 3 };
@@ -1468,11 +1471,7 @@ fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
         .unwrap();
     m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[1000, 0]))
         .unwrap();
-    m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, 1000, 0))
-        .unwrap();
-    let mut w = task5(FrameKind::BcastData, 0);
-    w.put_varint(1).put_varint(0).put_varint(0).put_bytes(&[]);
-    m.handle_message(Instant::ZERO, 0, &w.finish()).unwrap();
+    feed(&mut m);
     let frames = drained(&mut m, &mut buf);
     let data = FrameKind::BcastData as u8;
     assert_eq!(frames.iter().filter(|f| **f == (2, data)).count(), 1);
