@@ -1396,11 +1396,14 @@ fn requests_carry_an_offset_per_output_and_round_trip() {
     // An output named without its offset (the frame ends early), or bytes after the
     // last offset, are refused.
     let (_, r) = Header::decode(&frame[..frame.len() - 1], ctx, 2).unwrap();
-    assert!(read_request(r, 4096, 1 << 30).is_err());
+    assert_eq!(read_request(r, 4096, 1 << 30), Err(FrameError::Truncated));
     let mut longer = frame.clone();
     longer.push(0);
     let (_, r) = Header::decode(&longer, ctx, 2).unwrap();
-    assert!(read_request(r, 4096, 1 << 30).is_err());
+    assert_eq!(
+        read_request(r, 4096, 1 << 30),
+        Err(FrameError::TrailingBytes)
+    );
 }
 
 #[test]
