@@ -329,6 +329,8 @@ struct Struck {
     total: usize,
     /// Payload bytes the ranks sent (as shared slices), over the run.
     payload_sent: u64,
+    /// Payload bytes the ranks received that they held already (repairs), over the run.
+    duplicate_received: u64,
     /// Failure-free runs whose bytes were counted (each payload byte once per
     /// destination).
     failure_free_checked: usize,
@@ -435,6 +437,7 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         }
         let stats = m.inner.stack().bcast_stats();
         struck.payload_sent += stats.payload_bytes_sent;
+        struck.duplicate_received += stats.received_bytes_duplicate;
         let copied = stats.payload_bytes_copied;
         if copied > 0 {
             return Err(format!(
@@ -528,11 +531,13 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         .filter_map(|seed| run_case(seed, &mut struck).err())
         .collect();
     eprintln!(
-        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination",
+        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination; {} payload bytes sent, {} received twice",
         started.elapsed().as_secs_f64(),
         struck.total,
         struck.mid_broadcast,
-        struck.failure_free_checked
+        struck.failure_free_checked,
+        struck.payload_sent,
+        struck.duplicate_received
     );
     assert!(
         struck.mid_broadcast * 10 >= count as usize,

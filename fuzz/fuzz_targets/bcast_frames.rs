@@ -4,7 +4,8 @@
 //! input interleaves delivering in-flight frames (as sent, or with a byte flipped), forged
 //! frames from arbitrary senders (raw bytes, a bcast header with arbitrary payload, or a
 //! well-formed activation (with or without "data follows", or an unknown flag) /
-//! request / data frame with arbitrary fields; data may come before its activation, as
+//! request (with an offset per output, in place or not) / data frame with arbitrary
+//! fields; data may come before its activation, as
 //! machines push it right behind activations and delivery order is the input's), `on_rank_failed`
 //! at any machine, and timeouts. Nothing may panic; refused frames are typed errors; every
 //! frame a machine sends decodes with the shared codec, is from itself and goes to a rank
@@ -82,13 +83,14 @@ enum Step {
         first: u16,
         entries: Vec<(u8, u8, Vec<u8>, Vec<u8>)>,
     },
-    /// A structurally valid request.
+    /// A structurally valid request: per output, its gap from the previous one and
+    /// the offset to stream it from.
     Request {
         to: u8,
         from: u8,
         task: u8,
         tree: u8,
-        outputs: Vec<u8>,
+        outputs: Vec<(u8, u16)>,
     },
     /// A structurally valid data chunk.
     Data {
@@ -413,7 +415,11 @@ fuzz_target!(|input: Input| {
                 let from = u32::from(from) % n;
                 let mut w = header(FrameKind::BcastRequest, task, from);
                 w.put_varint(u64::from(tree % 8));
-                set_bytes(&mut w, &outputs);
+                let gaps: Vec<u8> = outputs.iter().map(|&(gap, _)| gap).collect();
+                set_bytes(&mut w, &gaps);
+                for &(_, offset) in &outputs {
+                    w.put_varint(u64::from(offset));
+                }
                 vec![Flight {
                     to: u32::from(to) % n,
                     from,

@@ -7,12 +7,16 @@
 //! set without a request; any other bit is refused), ancestors (count, ranks), needs,
 //! fetch set, one size per fetched output, the subtree's entry count, then as many
 //! entries as fit. `BcastSubtree`: tree, position of its first entry, entries.
-//! `BcastRequest`: tree, outputs. `BcastData`: output, total size, offset, then the
-//! chunk (its length, its bytes) last, so a chunk can travel as a separate payload.
+//! `BcastRequest`: tree, outputs, then one offset per requested output in the set's
+//! order: the bytes the requester holds contiguously from 0 (its in-order prefix), from
+//! which it asks the output streamed ([`Want`]). `BcastData`: output, total size,
+//! offset, then the chunk (its length, its bytes) last, so a chunk can travel as a
+//! separate payload.
 //!
 //! Decoding checks everything a peer controls before any state changes: counts within
 //! the frame, output indices under [`Config::max_outputs`](super::Config), each
-//! entry's needs within its fetch set; [`Broadcaster::handle_frame`] then hands the
+//! entry's needs within its fetch set, request offsets within
+//! [`Config::max_output_bytes`](super::Config); [`Broadcaster::handle_frame`] then hands the
 //! decoded frame to the serving code (`on_activate`, ...), which checks it against the
 //! broadcast's state.
 
@@ -112,6 +116,53 @@ pub(super) fn read_entries(r: &mut Reader<'_>, max: u32) -> Result<Vec<Entry>, F
         });
     }
     Ok(entries)
+}
+
+/// One output a request asks for, and where its stream starts: the length of the
+/// prefix the requester holds contiguously from 0 (0 for the whole output). Within an
+/// output of `size` bytes it is a place a chunk can start: below `size`, or 0 for an
+/// empty output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Want {
+    pub(super) output: u32,
+    pub(super) offset: u64,
+}
+
+/// Writes a request's fields after its header: tree, outputs (`wants` in increasing
+/// output order, each once), then their offsets in that order.
+pub(super) fn put_request(w: &mut Writer, tree: u32, wants: &[Want]) {
+    w.put_varint(tree.into());
+    let outputs: OutputSet = wants.iter().map(|want| want.output).collect();
+    debug_assert_eq!(outputs.len(), wants.len(), "outputs in order, each once");
+    put_set(w, &outputs);
+    for want in wants {
+        w.put_varint(want.offset);
+    }
+}
+
+/// Reads a request's fields (as [`put_request`] writes them) up to the end of the
+/// frame: its tree and what it wants. An offset over `max_offset` (the largest output a
+/// peer may announce) is refused here; one past its output's announced size, by the
+/// serving code.
+pub(super) fn read_request(
+    mut r: Reader<'_>,
+    max_outputs: u32,
+    max_offset: u64,
+) -> Result<(u32, Vec<Want>), FrameError> {
+    let tree = r.varint_u32()?;
+    let outputs = read_set(&mut r, max_outputs)?;
+    let mut wants = Vec::with_capacity(outputs.len());
+    for output in &outputs {
+        let offset = r.varint()?;
+        if offset > max_offset {
+            return Err(FrameError::Malformed(
+                "request offset over the output size limit",
+            ));
+        }
+        wants.push(Want { output, offset });
+    }
+    r.finish()?;
+    Ok((tree, wants))
 }
 
 /// A decoded activation.
@@ -226,10 +277,8 @@ impl Broadcaster {
                 self.on_subtree(h.epoch, from, tree, first, entries)
             }
             FrameKind::BcastRequest => {
-                let _tree = r.varint_u32()?;
-                let outputs = read_set(&mut r, max)?;
-                r.finish()?;
-                self.on_request(h.epoch, from, outputs)
+                let (_tree, wants) = read_request(r, max, self.cfg.max_output_bytes)?;
+                self.on_request(h.epoch, from, wants)
             }
             FrameKind::BcastData => {
                 let output = r.varint_u32()?;

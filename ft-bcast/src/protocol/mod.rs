@@ -18,7 +18,12 @@
 //!    unasked: one message delay per tree level. The child records that its parent
 //!    pushes and sends no request. Without push (or for a child adopted after a failure,
 //!    see below), the child **requests** (`BcastRequest`) its fetch set from its
-//!    parent, which then streams it: the pull path, kept for repair and as a mode.
+//!    parent, which then streams it: the pull path, kept for repair and as a mode. A
+//!    request names, per output, the **offset** the requester holds contiguously from
+//!    0 (its in-order prefix; 0 when it holds nothing), and the stream starts there.
+//!    An offset is only ever that prefix, never past a byte the requester lacks (bytes
+//!    it holds ahead of a gap may come again); an offset out of place in its output is
+//!    refused (or, queued before the output's size was known, dropped).
 //!    Either way the data is `BcastData` chunks of at most [`Config::chunk_bytes`]
 //!    bytes, in order. **Pipelining:** a relay sends chunk `c` on as soon as it holds
 //!    the output's bytes up to the end of `c` (its in-order prefix); a stream that
@@ -28,7 +33,9 @@
 //!    **One stream per child and output:** a pushed output joins the child's served
 //!    set like a requested one, so a request for an output already pushed or streamed
 //!    to that child (a re-activated child, an older peer) starts no second stream: the
-//!    stream under way runs from offset 0 to the end and covers it.
+//!    stream under way runs to the end from 0 (a push) or from an earlier request's
+//!    offset, which the child held then and so holds now (what a rank holds only
+//!    grows), so it covers every byte the later request lacks.
 //!    **Data before its activation:** the protocol does not rely on a transport keeping
 //!    a pair's frames in order (MPI does, libfabric's `tcp;ofi_rxm` does, the
 //!    simulator does; `backend-ofi` does not promise it, and the in-crate test network
@@ -45,14 +52,17 @@
 //! tree, a rank whose parent died re-requests its missing outputs from its nearest live
 //! ancestor (the root in the worst case), and a rank whose descendant died adopts that
 //! descendant's children, activating them itself *without* push: an adopted child may
-//! hold part of its fetch set, so it requests what it lacks (whole outputs it does not
-//! hold yet). Every ancestor fetches a superset of what its descendants fetch, so the
-//! new source holds or will hold what is asked. A push cut by its sender's death loses
-//! nothing: the child's repair request names every output it has not completed, and
-//! the chunks it already holds are trimmed from the new stream on arrival (any
-//! chunking, any overlap). Duplicate data (from the old and the new source) is
-//! recognised per byte range and ignored: every surviving destination releases exactly
-//! its outputs, once per tree.
+//! hold part of its fetch set, so it requests what it lacks (each output it has not
+//! completed, from the end of the prefix it holds). Every ancestor fetches a superset
+//! of what its descendants fetch, so the new source holds or will hold what is asked
+//! (a stream past what the source holds waits for its data). A push cut by its
+//! sender's death loses nothing and is not sent again: the child's repair request names
+//! every output it has not completed with the prefix it holds, the new source streams
+//! from there, and whatever still overlaps (chunks of the old source in flight, chunks
+//! held past a gap) is trimmed on arrival (any chunking, any overlap); correctness does
+//! not rest on the offset, which only saves bandwidth on the degraded path
+//! ([`BcastStats::received_bytes_duplicate`] counts what still came twice). Every
+//! surviving destination releases exactly its outputs, once per tree.
 //!
 //! **Invariants.** Failure-free, each destination receives each payload byte of its
 //! fetch set exactly once, and with push nobody sends a request. A child's data comes
@@ -197,6 +207,10 @@ pub struct BcastStats {
     /// out of a frame lent with
     /// [`Protocol::handle_message`](ft_core::Protocol::handle_message).
     pub received_bytes_copied: u64,
+    /// Payload bytes of the data chunks this rank received (its output's size
+    /// announced) that it held already: a repair stream overlapping what the old source
+    /// sent, or a whole chunk of an output already complete. Failure-free, 0.
+    pub received_bytes_duplicate: u64,
 }
 
 /// What the broadcaster reports to the application.

@@ -1,6 +1,7 @@
 //! Failures and revocation. When a rank dies, every tree of every broadcast re-attaches
 //! around it: a rank whose parent died re-requests what it lacks from its nearest live
-//! ancestor (the root at worst, which holds everything), and a rank whose descendant
+//! ancestor (the root at worst, which holds everything), each output from the end of
+//! the prefix it holds (`Broadcaster::send_request`), and a rank whose descendant
 //! died adopts that descendant's children. A revoked communicator fails every broadcast
 //! still in flight here.
 

@@ -6,7 +6,8 @@
 //! (`Task::early`) until the activation announces its output's size; requests for
 //! outputs whose size is not announced yet (before the activation) are queued, never
 //! dropped; an output this rank holds or fetches is streamed to a requesting child
-//! chunk by chunk as far as its in-order prefix has arrived, and a stream that catches
+//! from the offset it asks (the prefix it holds already) chunk by chunk as far as this
+//! rank's in-order prefix has arrived, and a stream that catches
 //! up waits (`Task::parked`) until the next chunk comes (pipelining down the tree).
 //! [`Protocol`] is the machine's face: `poll_transmit` encodes queued frames and
 //! streams one chunk at a time; `poll_transmit_parts` does the same with each chunk as a
@@ -21,19 +22,29 @@ use bytes::Bytes;
 use ft_core::wire::{self, Context, FrameKind, Header};
 use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts};
 
-use super::codec::{activation_frames, put_set, Activation};
+use super::codec::{activation_frames, put_request, Activation, Want};
 use super::state::{
-    absorb_parts, missing_from, stream_chunk, validate_entries, Chunk, ChunkPlace, Early, Entry,
-    Outgoing, Parked, TreeState, Waiting,
+    absorb_parts, missing_from, stream_chunk, validate_entries, Buffer, Chunk, ChunkPlace, Early,
+    Entry, Outgoing, Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
 
 impl Broadcaster {
+    /// Asks `to` for `outputs` of `task` (in `tree`), each from the end of the prefix
+    /// this rank holds contiguously (from 0 if it holds none): never past a byte it
+    /// lacks, so bytes that arrived ahead of a gap may come again.
     pub(super) fn send_request(&mut self, task: u32, to: Rank, tree: u32, outputs: &OutputSet) {
+        let buffers = self.tasks.get(&task).map(|t| &t.buffers);
+        let wants: Vec<Want> = outputs
+            .iter()
+            .map(|output| Want {
+                output,
+                offset: buffers.and_then(|b| b.get(&output)).map_or(0, Buffer::held),
+            })
+            .collect();
         let mut w = self.header(FrameKind::BcastRequest, task).start();
-        w.put_varint(tree.into());
-        put_set(&mut w, outputs);
+        put_request(&mut w, tree, &wants);
         self.out.push_back(Outgoing::Frame {
             to,
             bytes: w.finish(),
@@ -57,24 +68,26 @@ impl Broadcaster {
             return;
         };
         // Queued requests: stream every output this rank holds or fetches (its size is
-        // announced), as far as its data has arrived; the stream waits for the rest.
-        let announced = |j: u32| t.sizes.contains_key(&j);
-        let mut streams: Vec<(Rank, u32)> = Vec::new();
+        // announced) from the requested offset, as far as its data has arrived; the
+        // stream waits for the rest. An offset out of place (refused on arrival when the
+        // size was known then) is dropped. A request for an output already streamed
+        // or pushed to that rank merges into that stream: the stream started at 0 or at
+        // an offset the rank held then, and what a rank holds only grows, so the
+        // stream covers every byte the later request lacks.
+        let mut streams: Vec<(Rank, u32, u64)> = Vec::new();
         for w in &mut t.waiting {
-            let ready: Vec<u32> = w.outputs.iter().filter(|&j| announced(j)).collect();
-            let mut left = OutputSet::new();
-            for j in w.outputs.iter().filter(|&j| !announced(j)) {
-                left.insert(j);
-            }
-            for j in ready {
-                let served = t.served.entry(w.child).or_default();
-                if served.insert(j) {
-                    streams.push((w.child, j));
+            let served = t.served.entry(w.child).or_default();
+            w.wants.retain(|want| {
+                let Some(&size) = t.sizes.get(&want.output) else {
+                    return true;
+                };
+                if offset_in_place(size, want.offset) && served.insert(want.output) {
+                    streams.push((w.child, want.output, want.offset));
                 }
-            }
-            w.outputs = left;
+                false
+            });
         }
-        t.waiting.retain(|w| !w.outputs.is_empty());
+        t.waiting.retain(|w| !w.wants.is_empty());
         // Releases and activations, tree by tree.
         let mut activations: Vec<(Rank, Vec<u8>)> = Vec::new();
         let mut pushes: Vec<(Rank, OutputSet)> = Vec::new();
@@ -104,7 +117,7 @@ impl Broadcaster {
                 }
                 let child = e.child;
                 // Eager push to an original child only: an adopted one (its parent
-                // died) holds part of its fetch set already and requests what it lacks.
+                // died) may hold part of its fetch set already and requests the rest.
                 let push = self.cfg.eager_push && e.parent == me;
                 if push {
                     pushes.push((child, e.fetch.clone()));
@@ -133,7 +146,7 @@ impl Broadcaster {
             let served = t.served.entry(child).or_default();
             for j in &fetch {
                 if served.insert(j) {
-                    streams.push((child, j));
+                    streams.push((child, j, 0));
                 }
             }
         }
@@ -147,12 +160,12 @@ impl Broadcaster {
         } else {
             t.relays(chunk, leaf)
         };
-        for (to, output) in streams {
+        for (to, output, offset) in streams {
             self.out.push_back(Outgoing::Stream {
                 to,
                 task,
                 output,
-                offset: 0,
+                offset,
                 chunk: stream_chunk(relays.as_ref(), to, chunk, leaf),
             });
         }
@@ -372,23 +385,33 @@ impl Broadcaster {
         absorbed
     }
 
+    /// A request from `from` for `wants` (decoded: outputs in order, offsets within
+    /// the size limit): refused if an offset is out of place in an output whose size is
+    /// announced here, else queued and served as far as [`Broadcaster::progress`] can.
     pub(super) fn on_request(
         &mut self,
         task: u32,
         from: Rank,
-        outputs: OutputSet,
+        wants: Vec<Want>,
     ) -> Result<(), FrameError> {
-        if outputs.is_empty() {
+        if wants.is_empty() {
             return Err(FrameError::Malformed("empty request"));
+        }
+        if let Some(t) = self.tasks.get(&task) {
+            let out_of_place = |want: &Want| {
+                t.sizes
+                    .get(&want.output)
+                    .is_some_and(|&size| !offset_in_place(size, want.offset))
+            };
+            if wants.iter().any(out_of_place) {
+                return Err(FrameError::Malformed("request offset out of place"));
+            }
         }
         let t = self.tasks.entry(task).or_default();
         if t.waiting.len() >= 4 * self.cfg.n as usize {
             return Err(FrameError::Malformed("too many queued requests"));
         }
-        t.waiting.push(Waiting {
-            child: from,
-            outputs,
-        });
+        t.waiting.push(Waiting { child: from, wants });
         self.progress(task);
         Ok(())
     }
@@ -422,11 +445,14 @@ impl Broadcaster {
         }
         check_chunk(size, offset, len as u64)?;
         if t.complete.contains(output) {
+            self.stats.received_bytes_duplicate += len as u64;
             return Ok(());
         }
         let buffer = t.buffers.entry(output).or_default();
-        let before = buffer.held();
+        let (before, kept_before) = (buffer.held(), buffer.bytes_kept());
         let complete = buffer.add(size, offset, chunk.keep(&mut self.stats));
+        let added = buffer.bytes_kept().saturating_sub(kept_before);
+        self.stats.received_bytes_duplicate += len.saturating_sub(added) as u64;
         // (An empty output's one chunk grows nothing but completes it.)
         if buffer.held() > before || complete {
             // Streams of this output waiting for data go on from where they stopped.
@@ -462,10 +488,16 @@ impl Broadcaster {
 /// Queued frames and streams whose room the outgoing queue keeps once drained.
 const OUT_KEPT: usize = 32;
 
+/// Whether a chunk can start at `offset` of an output of `size` bytes: below its end,
+/// or at 0 (the one chunk of an empty output).
+fn offset_in_place(size: u64, offset: u64) -> bool {
+    offset < size || offset == 0
+}
+
 /// Any chunking the sender chose: a non-empty chunk within an output of `size` bytes
 /// (the one chunk of an empty output is empty, at 0).
 fn check_chunk(size: u64, offset: u64, len: u64) -> Result<(), FrameError> {
-    if offset > size || (offset == size && size != 0) {
+    if !offset_in_place(size, offset) {
         return Err(FrameError::Malformed("data offset out of place"));
     }
     if len > size - offset || (len == 0 && size != 0) {

@@ -15,6 +15,7 @@ use hashbrown::{HashMap, HashSet};
 
 use ft_core::{FrameError, Rank, RankSet};
 
+use super::codec::Want;
 use super::BcastStats;
 use crate::outputs::OutputSet;
 
@@ -113,6 +114,8 @@ pub(super) struct Buffer {
     /// Length of the prefix.
     held: u64,
     pub(super) ahead: BTreeMap<u64, Bytes>,
+    /// Bytes in `ahead`.
+    ahead_bytes: u64,
 }
 
 impl Buffer {
@@ -123,6 +126,7 @@ impl Buffer {
             whole: Some(data),
             prefix: Vec::new(),
             ahead: BTreeMap::new(),
+            ahead_bytes: 0,
         }
     }
 
@@ -138,8 +142,7 @@ impl Buffer {
 
     /// Payload bytes kept (prefix and chunks ahead of it).
     pub(super) fn bytes_kept(&self) -> usize {
-        let ahead: usize = self.ahead.values().map(Bytes::len).sum();
-        self.held as usize + ahead
+        (self.held + self.ahead_bytes) as usize
     }
 
     /// Up to `max` bytes of the prefix from `offset`, shared, not copied, and never across
@@ -205,6 +208,7 @@ impl Buffer {
                 break;
             }
             let (offset, chunk) = entry.remove_entry();
+            self.ahead_bytes -= chunk.len() as u64;
             let end = offset + chunk.len() as u64;
             if end > self.held {
                 let skip = (self.held - offset) as usize;
@@ -230,11 +234,13 @@ impl Buffer {
         for (from, to) in covered {
             if from > at {
                 let piece = chunk.slice((at - offset) as usize..(from - offset) as usize);
+                self.ahead_bytes += piece.len() as u64;
                 self.ahead.insert(at, piece);
             }
             at = at.max(to);
         }
         if at < end {
+            self.ahead_bytes += end - at;
             self.ahead.insert(at, chunk.slice((at - offset) as usize..));
         }
     }
@@ -255,15 +261,17 @@ impl Buffer {
         };
         self.prefix = Vec::new();
         self.ahead.clear();
+        self.ahead_bytes = 0;
         self.whole = Some(whole);
     }
 }
 
-/// A request waiting for outputs this rank does not hold yet.
+/// A request waiting for outputs whose size is not announced here yet: each output
+/// with the offset its stream starts at.
 #[derive(Debug)]
 pub(super) struct Waiting {
     pub(super) child: Rank,
-    pub(super) outputs: OutputSet,
+    pub(super) wants: Vec<Want>,
 }
 
 #[derive(Debug, Default)]

@@ -1,7 +1,7 @@
 //! The activation protocol over an in-test network that delivers frames in random
 //! order and notifies failures late, plus frame-level checks of peer input.
 
-use super::codec::{put_set, DATA_FOLLOWS};
+use super::codec::{put_request, put_set, read_request, Want, DATA_FOLLOWS};
 use super::*;
 use crate::spec::{OutputSpec, PlanSpec};
 use crate::topology::Topology;
@@ -543,6 +543,8 @@ fn chunks_of_any_size_from_two_sources_fill_an_output_once() {
     }
     assert_eq!(m.output(5, 0), Some(&data[..]));
     assert_eq!(held_bytes(&m) as u64, size);
+    // 18000 bytes came for an output of 10000: the overlaps are counted.
+    assert_eq!(m.stats().received_bytes_duplicate, 8000);
 
     // Chunks outside the output, or empty ones, are the peer's fault.
     let mut m = Broadcaster::new(Config::new(9, 3, 1));
@@ -652,11 +654,20 @@ fn task5(kind: FrameKind, sender: Rank) -> Writer {
     .start()
 }
 
-/// A request of task 5 from `sender` for output 0 of tree 0.
+/// A request of task 5 from `sender` for output 0 of tree 0, from offset 0.
 fn request_frame(sender: Rank) -> Vec<u8> {
+    request_frame_at(sender, &[(0, 0)])
+}
+
+/// A request of task 5 from `sender` in tree 0 for each `(output, offset)` (outputs
+/// in increasing order).
+fn request_frame_at(sender: Rank, wants: &[(u32, u64)]) -> Vec<u8> {
+    let wants: Vec<Want> = wants
+        .iter()
+        .map(|&(output, offset)| Want { output, offset })
+        .collect();
     let mut w = task5(FrameKind::BcastRequest, sender);
-    w.put_varint(0);
-    put_set(&mut w, &OutputSet::single(0));
+    put_request(&mut w, 0, &wants);
     w.finish()
 }
 
@@ -1265,5 +1276,250 @@ fn a_request_for_an_output_being_pushed_starts_no_second_stream() {
         }
         assert!(polls > when, "the request came in mid-push");
         assert_eq!(to_1, 2 * MAX_CHUNK as u64, "request after {when} frames");
+    }
+}
+
+/// Chain 0 -> 1 -> 2, one output of four chunks and 17 bytes, every rank sending
+/// chunks of [`MAX_CHUNK`]. Rank 1 gets the whole output and forwards it, but rank 2
+/// receives only its chunks with the indices in `held` before rank 1 dies (what else
+/// rank 1 sent is lost with it). The survivors learn of the death in `order` (rank 2
+/// first: it repairs by requesting from rank 0; rank 0 first: it adopts rank 2, which
+/// requests once activated). Returns the network as it ended and the payload bytes
+/// rank 2 received after the death.
+fn repair_with_a_prefix(held: &[u64], order: [Rank; 2], eager_push: bool) -> (Net, u64) {
+    let size = 4 * MAX_CHUNK as u64 + 17;
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("A", size, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let mut net = Net::with_push(3, 11, eager_push);
+    net.set_chunks(MAX_CHUNK);
+    for m in net.ranks.iter_mut().flatten() {
+        m.set_leaf_chunk_bytes(MAX_CHUNK);
+    }
+    net.ranks[0]
+        .as_mut()
+        .unwrap()
+        .start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, size)])
+        .unwrap();
+    net.drain(0);
+    let ctx = wire::Context { comm: 9, n: 3 };
+    let withheld = |f: &(Rank, Rank, Vec<u8>)| {
+        let (h, mut r) = Header::decode(&f.2, ctx, f.0).unwrap();
+        if (f.0, f.1, h.kind) != (1, 2, FrameKind::BcastData) {
+            return false;
+        }
+        r.varint().and(r.varint()).unwrap(); // output, total
+        !held.contains(&(r.varint().unwrap() / MAX_CHUNK as u64))
+    };
+    while let Some(k) = net.frames.iter().position(|f| !withheld(f)) {
+        net.deliver(k);
+    }
+    let received = |net: &Net| net.received.get(&(2, 0)).copied().unwrap_or(0);
+    let before = received(&net);
+    net.ranks[1] = None;
+    net.frames.retain(|f| f.0 != 1);
+    for s in order {
+        net.ranks[s as usize]
+            .as_mut()
+            .unwrap()
+            .on_rank_failed(Instant::ZERO, 1);
+        net.drain(s);
+        while net.step() {}
+    }
+    let m = net.ranks[2].as_ref().unwrap();
+    assert_eq!(m.output(5, 0), Some(&payload(0, size)[..]));
+    let after = received(&net) - before;
+    (net, after)
+}
+
+#[test]
+fn a_repaired_child_receives_only_the_bytes_past_the_prefix_it_holds() {
+    let size = 4 * MAX_CHUNK as u64 + 17;
+    let chunk = MAX_CHUNK as u64;
+    // (chunks held when the parent dies, bytes the new source sends, bytes received
+    // twice): only the contiguous prefix counts, so chunks held past a gap come again.
+    let cases: [(&[u64], u64, u64); 5] = [
+        (&[0, 1], size - 2 * chunk, 0),
+        (&[0, 1, 2, 3], 17, 0),
+        (&[], size, 0),
+        (&[0, 1, 3], size - 2 * chunk, chunk),
+        (&[1, 2], size, 2 * chunk),
+    ];
+    for (held, resent, twice) in cases {
+        for order in [[2, 0], [0, 2]] {
+            for push in [true, false] {
+                let what = format!("held {held:?}, told {order:?} first, push {push}");
+                let (net, after) = repair_with_a_prefix(held, order, push);
+                assert_eq!(after, resent, "{what}");
+                let stats = net.ranks[2].as_ref().unwrap().stats();
+                assert_eq!(stats.received_bytes_duplicate, twice, "{what}");
+                // Rank 2 asked rank 0 once (without push, ranks 1 and 2 asked their
+                // parents before).
+                assert_eq!(net.requests, 1 + 2 * usize::from(!push), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn requests_carry_an_offset_per_output_and_round_trip() {
+    let wants = [
+        Want {
+            output: 0,
+            offset: 0,
+        },
+        Want {
+            output: 3,
+            offset: 12_345,
+        },
+        Want {
+            output: 4095,
+            offset: 1 << 30,
+        },
+    ];
+    let mut w = task5(FrameKind::BcastRequest, 2);
+    put_request(&mut w, 7, &wants);
+    let frame = w.finish();
+    let ctx = wire::Context { comm: 9, n: 3 };
+    let read = |max_offset: u64| {
+        let (_, r) = Header::decode(&frame, ctx, 2).unwrap();
+        read_request(r, 4096, max_offset)
+    };
+    assert_eq!(read(1 << 30), Ok((7, wants.to_vec())));
+    assert_eq!(
+        read((1 << 30) - 1),
+        Err(FrameError::Malformed(
+            "request offset over the output size limit"
+        ))
+    );
+    // An output named without its offset (the frame ends early), or bytes after the
+    // last offset, are refused.
+    let (_, r) = Header::decode(&frame[..frame.len() - 1], ctx, 2).unwrap();
+    assert_eq!(read_request(r, 4096, 1 << 30), Err(FrameError::Truncated));
+    let mut longer = frame.clone();
+    longer.push(0);
+    let (_, r) = Header::decode(&longer, ctx, 2).unwrap();
+    assert_eq!(
+        read_request(r, 4096, 1 << 30),
+        Err(FrameError::TrailingBytes)
+    );
+}
+
+#[test]
+fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
+    let mut buf = vec![0; wire::frame_capacity(3)];
+    let drained = |m: &mut Broadcaster, buf: &mut [u8]| {
+        let mut frames = Vec::new();
+        while let Some(t) = m.poll_transmit(Instant::ZERO, buf).unwrap() {
+            frames.push((t.to, buf[1]));
+        }
+        frames
+    };
+    // Rank 0 sends rank 1 both outputs: 1000 bytes in one chunk, and the empty one.
+    let feed = |m: &mut Broadcaster| {
+        for (output, size) in [(0, 1000), (1, 0)] {
+            m.handle_message(Instant::ZERO, 0, &data_frame(0, output, size, 0))
+                .unwrap();
+        }
+    };
+    // Rank 1 knows output 0 has 1000 bytes, output 1 none.
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[1000, 0]))
+        .unwrap();
+    drained(&mut m, &mut buf); // its own request to rank 0
+    let out_of_place = Err(FrameError::Malformed("request offset out of place"));
+    for bad in [
+        &[(0, 1000)][..],
+        &[(0, 5000)],
+        &[(1, 1)],
+        &[(0, 10), (1, 1)],
+    ] {
+        assert_eq!(
+            m.handle_message(Instant::ZERO, 2, &request_frame_at(2, bad)),
+            out_of_place,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        m.handle_message(Instant::ZERO, 2, &request_frame_at(2, &[(0, 1 << 31)])),
+        Err(FrameError::Malformed(
+            "request offset over the output size limit"
+        ))
+    );
+    assert!(m.tasks[&5].waiting.is_empty() && m.tasks[&5].served.is_empty());
+    // In place: the last byte of output 0, and the empty output 1 at 0. Rank 1 holds
+    // nothing yet, so its streams wait for the data.
+    m.handle_message(Instant::ZERO, 2, &request_frame_at(2, &[(0, 999), (1, 0)]))
+        .unwrap();
+    feed(&mut m);
+    let mut sent = Vec::new();
+    while let Some(t) = m.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
+        let ctx = wire::Context { comm: 9, n: 3 };
+        let (_, mut r) = Header::decode(&buf[..t.len], ctx, 1).unwrap();
+        let at = (
+            r.varint().unwrap(),
+            r.varint().unwrap(),
+            r.varint().unwrap(),
+        );
+        sent.push((t.to, at, r.bytes().unwrap().len()));
+    }
+    sent.sort_unstable();
+    assert_eq!(sent, vec![(2, (0, 1000, 999), 1), (2, (1, 0, 0), 0)]);
+
+    // Queued before the size is announced, an offset past the output is dropped then:
+    // no stream, and the rest of the request is served.
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(Instant::ZERO, 2, &request_frame_at(2, &[(0, 5000), (1, 0)]))
+        .unwrap();
+    m.handle_message(Instant::ZERO, 0, &activation_frame(0, 0, &[1000, 0]))
+        .unwrap();
+    feed(&mut m);
+    let frames = drained(&mut m, &mut buf);
+    let data = FrameKind::BcastData as u8;
+    assert_eq!(frames.iter().filter(|f| **f == (2, data)).count(), 1);
+    assert!(m.tasks[&5].waiting.is_empty());
+    assert_eq!(m.tasks[&5].served[&2], OutputSet::single(1));
+}
+
+#[test]
+fn a_request_with_an_offset_streams_the_rest_and_merges_into_a_stream_under_way() {
+    // Star 0 -> {1, 2} without push: rank 1 asks for A from its second chunk, so the
+    // root sends it the rest only; a second request (from 0, overtaken by the first)
+    // merges into that stream. With push, a request from any offset merges into the
+    // push, which sends the whole output once.
+    let size = 3 * MAX_CHUNK as u64;
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Star)
+        .with_output(OutputSpec::new("A", size, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    for push in [false, true] {
+        let mut cfg = Config::new(9, 3, 0);
+        cfg.eager_push = push;
+        let mut root = Broadcaster::new(cfg);
+        root.start_broadcast(Instant::ZERO, 5, &plan, vec![payload(0, size)])
+            .unwrap();
+        let chunk = MAX_CHUNK as u64;
+        for offset in [chunk, 0] {
+            root.handle_message(Instant::ZERO, 1, &request_frame_at(1, &[(0, offset)]))
+                .unwrap();
+        }
+        let mut buf = vec![0; wire::frame_capacity(3)];
+        let (mut to_1, mut first) = (0, None);
+        while let Some(t) = root.poll_transmit_parts(Instant::ZERO, &mut buf).unwrap() {
+            if let (1, Some(p)) = (t.to, t.payload) {
+                to_1 += p.len() as u64;
+                let ctx = wire::Context { comm: 9, n: 3 };
+                let (_, mut r) = Header::decode(&buf[..t.head], ctx, 0).unwrap();
+                r.varint().and(r.varint()).unwrap();
+                first = first.or(Some(r.varint().unwrap()));
+            }
+        }
+        let (want, from) = if push {
+            (size, 0)
+        } else {
+            (size - chunk, chunk)
+        };
+        assert_eq!((to_1, first), (want, Some(from)), "push {push}");
     }
 }
