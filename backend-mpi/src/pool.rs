@@ -3,7 +3,7 @@
 //!
 //! A received payload is handed to the protocol as a [`Bytes`] (the broadcaster keeps
 //! and forwards slices of it), so the transport cannot reuse its buffer at once. The
-//! pool's [`Bytes`] own their buffer through a [`Pooled`] that puts it back on the
+//! pool's [`Bytes`] own their buffer through a `Pooled` owner that puts it back on the
 //! pool's shelf when the last clone drops, on whichever thread that happens. Without
 //! it every payload was a fresh allocation: glibc gives large freed blocks back to the
 //! system, so each repetition of a multi-MiB broadcast faulted its pages in again
