@@ -63,10 +63,29 @@ fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
         .unwrap_or_else(|hung| panic!("{}", hung.describe(args, JOB_LIMIT)))
 }
 
+/// What PRRTE prints when its launcher could not start (seen once in a CI run, with
+/// no rank started and nothing on stdout): the job never ran, so it is run again.
+const LAUNCHER_DID_NOT_START: &str = "PMIx server's listener thread failed to start";
+
 /// [`mpiexec_run`] with its own limit; a job past it is killed and returned as
-/// [`Hung`].
+/// [`Hung`]. A job whose launcher failed to start (no rank ran) is started again, up
+/// to twice, and says so on stderr.
 fn mpiexec_within(args: &[&OsStr], limit: Duration) -> Result<(Output, Duration), Hung> {
     let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    for attempt in 1.. {
+        let (out, took) = launch(args, limit)?;
+        let launcher_failed = out.stdout.is_empty()
+            && String::from_utf8_lossy(&out.stderr).contains(LAUNCHER_DID_NOT_START);
+        if !launcher_failed || attempt == 3 {
+            return Ok((out, took));
+        }
+        eprintln!("mpiexec {args:?}: the launcher did not start (attempt {attempt}); again");
+    }
+    unreachable!("the loop returns by its third attempt")
+}
+
+/// One `mpiexec` job, killed past `limit` (the caller holds [`JOBS`]).
+fn launch(args: &[&OsStr], limit: Duration) -> Result<(Output, Duration), Hung> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut child = Command::new(ft_jobs::mpiexec::mpiexec_path())
         .args(["--oversubscribe", "--bind-to", "none", "--with-ft", "ulfm"])
