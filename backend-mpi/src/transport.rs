@@ -117,9 +117,14 @@ pub const RECV_SLOTS: usize = 8;
 pub const HAND_OVER_FROM: usize = 4096;
 
 /// Payloads of [`MpiTransport::send_parts`] shorter than this are copied after the
-/// header into one message rather than sent as a message of their own behind it (a
-/// second message costs more than copying a few hundred bytes).
-pub const COPY_BELOW: usize = 512;
+/// header into one message rather than sent as a message of their own behind it: 4
+/// KiB, Open MPI's shared-memory eager limit, below which the second message costs
+/// far more than the copy. `ftmpi send-parts --frames 2000 --payload-bytes P`, n = 2,
+/// two runs, µs per frame copied / as two messages: P = 512: 1.13 / 9.07 and 1.11 /
+/// 15.0; 1024: 1.76 / 21.9 and 1.91 / 8.53; 2048: 6.37 / 9.30 and 9.74 / 4.09; 4096:
+/// 13.5 / 18.3 and 18.6 / 43.4; 8192: 18.2 / 24.8 and 14.8 / 15.9 (it was 512 when a
+/// frame went as one two-block datatype message).
+pub const COPY_BELOW: usize = 4096;
 
 /// The broadcast chunk a relay is sent ([`Transport::chunk_bytes`]; leaves get whole
 /// outputs, [`MAX_PAYLOAD`]): 256 KiB. Each chunk is a head and a payload message
