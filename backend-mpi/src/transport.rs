@@ -266,6 +266,9 @@ pub struct MpiTransport {
     spare: Vec<Vec<u8>>,
     /// Scratch for `MPI_Testsome`.
     completed: Vec<c_int>,
+    /// Scratch for [`MpiTransport::poll_payloads`]: completed payload receives (index,
+    /// bytes received), sorted into posting order.
+    finished: Vec<(usize, c_int)>,
     statuses: Vec<ffi::MPI_Status>,
     ring: RecvRing,
     stats: TransportStats,
@@ -306,6 +309,7 @@ impl MpiTransport {
             sending: Vec::new(),
             spare: Vec::new(),
             completed: Vec::new(),
+            finished: Vec::new(),
             statuses: Vec::new(),
             ring: RecvRing {
                 requests: vec![null_request(); RECV_SLOTS],
@@ -804,21 +808,22 @@ impl MpiTransport {
             return self.test_each_payload();
         }
         let done = usize::try_from(done).unwrap_or(0).min(count);
-        let mut finished: Vec<(usize, c_int)> = (0..done)
-            .filter_map(|k| {
-                let index = usize::try_from(self.completed[k]).ok()?;
-                let mut received: c_int = 0;
-                // SAFETY: the status of a completed receive.
-                unsafe { ffi::MPI_Get_count(&self.statuses[k], ffi::RSMPI_UINT8_T, &mut received) };
-                Some((index, received))
-            })
-            .collect();
+        let mut finished = std::mem::take(&mut self.finished);
+        finished.clear();
+        finished.extend((0..done).filter_map(|k| {
+            let index = usize::try_from(self.completed[k]).ok()?;
+            let mut received: c_int = 0;
+            // SAFETY: the status of a completed receive.
+            unsafe { ffi::MPI_Get_count(&self.statuses[k], ffi::RSMPI_UINT8_T, &mut received) };
+            Some((index, received))
+        }));
         finished.sort_unstable();
         for &(index, received) in finished.iter().rev() {
             self.incoming_requests.remove(index);
             let incoming = self.incoming.remove(index);
             self.arrived.push_front(arrival(incoming, received, true));
         }
+        self.finished = finished;
         Ok(())
     }
 
