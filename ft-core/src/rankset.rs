@@ -56,6 +56,11 @@ impl RankSet {
                 "rank {last} out of range for a communicator of {universe}"
             );
         }
+        Self::from_list(universe, list)
+    }
+
+    /// The set of `list`, strictly increasing and `< universe`, in the cheaper form.
+    fn from_list(universe: u32, list: Vec<Rank>) -> Self {
         let mut set = RankSet {
             universe,
             repr: Repr::Sparse(list),
@@ -362,12 +367,7 @@ impl RankSet {
         list.extend(ranks);
         debug_assert!(list.windows(2).all(|w| w[0] < w[1]));
         debug_assert!(list.last().is_none_or(|&last| last < universe));
-        let mut set = RankSet {
-            universe,
-            repr: Repr::Sparse(list),
-        };
-        set.rebalance();
-        set
+        Self::from_list(universe, list)
     }
 
     /// Whether `other` holds exactly this set's members (and lives in the same
