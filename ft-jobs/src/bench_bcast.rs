@@ -10,7 +10,12 @@
 //! **What is timed.** Each repetition starts from a barrier; every rank times from it
 //! until it holds every output it needs (the root: until its sends are queued), and a
 //! repetition's time is the largest over the ranks: when the last destination got its
-//! last byte. A case reports the median over `--reps` repetitions.
+//! last byte. A case reports the median over `--reps` repetitions. The root has its
+//! call ready before the barrier ([`Case::start`]): the broadcast and clones of the
+//! case's shared payload buffers, as an application hands its outputs over once. (Until
+//! session 9 the root copied the payloads after the barrier, which every destination
+//! waited for: at 1 MiB and n = 2 the destination's first frame came about 70 µs after
+//! the barrier, in a repetition of about 240 µs.)
 //!
 //! **Baselines.** This module's own, for any transport ([`bench_bcast`]): one plain
 //! two-sided binomial broadcast per output over the same endpoints, in chunks of
@@ -32,7 +37,7 @@ use clap::Args;
 use ft_bcast::{BcastEvent, OutputSet, OutputSpec, PlanSpec, StackEvent, Strategy};
 use ft_core::wire::MAX_CHUNK;
 use ft_core::Rank;
-use ft_runtime::Transport;
+use ft_runtime::{Bytes, Transport};
 use serde_json::{json, Value};
 
 use crate::raw::{Raw, DATA_MAGIC};
@@ -157,8 +162,10 @@ pub struct Case {
     pub spec: PlanSpec,
     /// The outputs this rank needs.
     pub needs: OutputSet,
-    /// The outputs' bytes (every rank has them, to check what it received).
-    pub payloads: Vec<Vec<u8>>,
+    /// The outputs' bytes (every rank has them, to check what it received), as the
+    /// shared buffers an application hands over: a repetition passes clones of them
+    /// (reference counts, no copy) to the stack.
+    pub payloads: Vec<Bytes>,
 }
 
 impl Case {
@@ -168,7 +175,9 @@ impl Case {
             .filter(|&j| spec.outputs[j as usize].dests.contains(&me))
             .collect();
         // The payload of "broadcast" `outputs`: the same bytes whatever the task id.
-        let payloads = (0..outputs).map(|j| payload(outputs, j, bytes)).collect();
+        let payloads = (0..outputs)
+            .map(|j| Bytes::from(payload(outputs, j, bytes)))
+            .collect();
         Case {
             bytes,
             outputs,
@@ -183,6 +192,13 @@ impl Case {
         me == self.spec.root
     }
 
+    /// At the root (`me`), what [`stack_rep`] starts a repetition with; elsewhere
+    /// nothing.
+    pub fn start(&self, me: Rank) -> Option<Start> {
+        self.is_root(me)
+            .then(|| (self.spec.clone(), self.payloads.clone()))
+    }
+
     /// Output `j`'s root and destinations, in rank order (the members of its plain
     /// broadcast: an `MPI_Bcast` communicator, a two-sided tree).
     pub fn members(&self, j: u32) -> Vec<Rank> {
@@ -194,9 +210,9 @@ impl Case {
     /// Whether the stack delivered task `task`'s outputs intact at this rank.
     pub fn stack_delivered<T: Transport>(&self, driver: &RankDriver<T>, task: u32) -> bool {
         let bcast = driver.machine().broadcaster();
-        self.needs.iter().all(|j| {
-            bcast.and_then(|b| b.output(task, j)) == Some(self.payloads[j as usize].as_slice())
-        })
+        self.needs
+            .iter()
+            .all(|j| bcast.and_then(|b| b.output(task, j)) == Some(&self.payloads[j as usize][..]))
     }
 
     /// The payload bytes the root sends per repetition (outputs × bytes).
@@ -224,21 +240,24 @@ impl Case {
     }
 }
 
+/// What the root hands the stack to start one repetition: the broadcast and its
+/// payloads (clones of the case's shared buffers).
+pub type Start = (PlanSpec, Vec<Bytes>);
+
 /// One repetition of a case through the stack, from a common start the caller made:
-/// the root starts broadcast `task`; every rank drives until it holds what it needs.
-/// Returns this rank's microseconds from the call. The caller must keep the driver
-/// running afterwards until every rank is done (this rank may have children to serve).
+/// the root starts broadcast `task` with `start` ([`Case::start`], prepared before the
+/// common start: whatever the root does between that start and its call delays every
+/// destination, and an application has its outputs ready when it broadcasts them);
+/// every rank drives until it holds what it needs. Returns this rank's microseconds
+/// from the call. The caller must keep the driver running afterwards until every rank
+/// is done (this rank may have children to serve).
 pub fn stack_rep<T: Transport>(
     driver: &mut RankDriver<T>,
     case: &Case,
+    start: Option<Start>,
     task: u32,
     limit: StdDuration,
 ) -> Result<f64, String> {
-    let me = driver.transport().rank();
-    // Prepared before the clock starts: the application hands them over as they are.
-    let start = case
-        .is_root(me)
-        .then(|| (case.spec.clone(), case.payloads.clone()));
     let since = WallInstant::now();
     if let Some((spec, payloads)) = start {
         driver
@@ -402,7 +421,7 @@ pub fn bench_bcast<L: Launch>(
         if let Some(j) = case
             .needs
             .iter()
-            .find(|&j| buffers[j as usize] != case.payloads[j as usize])
+            .find(|&j| buffers[j as usize][..] != case.payloads[j as usize][..])
         {
             return Err(format!("two-sided baseline: output {j} arrived corrupted"));
         }
@@ -414,11 +433,20 @@ pub fn bench_bcast<L: Launch>(
     for (from, bytes) in std::mem::take(&mut raw.early) {
         driver.deliver(from, &bytes).map_err(|e| e.to_string())?;
     }
-    validate_once(&mut driver, limit)?;
     let mut task = 0;
-    for (case, times) in cases.iter().zip(&mut stack_times) {
+    // Each repetition starts from a global validation (the previous one's closing
+    // validation), the root's call prepared before it.
+    let mut start = cases.first().and_then(|case| case.start(me));
+    validate_once(&mut driver, limit)?;
+    for (c, (case, times)) in cases.iter().zip(&mut stack_times).enumerate() {
         for rep in 0..reps {
-            times.push(stack_rep(&mut driver, case, task, limit)?);
+            times.push(stack_rep(&mut driver, case, start.take(), task, limit)?);
+            let next = if rep + 1 < reps {
+                Some(case)
+            } else {
+                cases.get(c + 1)
+            };
+            start = next.and_then(|case| case.start(me));
             validate_once(&mut driver, limit)?;
             if rep + 1 < reps {
                 release(&mut driver, task)?;

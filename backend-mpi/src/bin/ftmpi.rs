@@ -331,8 +331,12 @@ enum Refusal {
 
 /// `ftmpi bench`: prints `{"rank", "n", "reps", "median_us": {"barrier",
 /// "ulfm_agree", "validate_global"}, "ratio_to_ulfm_agree": {"barrier",
-/// "validate_global"}}`. Each repetition starts from a barrier on another communicator,
-/// so the three operations are timed from a common start.
+/// "validate_global"}, "slowest_rank": {"median_us", "ratio_to_ulfm_agree"}}`. Each
+/// repetition starts from a barrier on another communicator, so the three operations
+/// are timed from a common start. `median_us` is this rank's own time; `slowest_rank`
+/// takes, per repetition, the largest time over the ranks (the operation is done
+/// everywhere), as `bench-bcast` does. The two differ for `MPIX_Comm_agree`: its root
+/// returns once the reduce has reached it, the other ranks a broadcast later.
 fn bench(
     world: &SimpleCommunicator,
     mut driver: RankDriver<MpiTransport>,
@@ -341,31 +345,48 @@ fn bench(
 ) -> Result<Finished, String> {
     let limit = StdDuration::from_secs(job.limit_s);
     let comm = world.duplicate();
-    let mut times: [Vec<f64>; 3] = Default::default();
+    // times[phase][rep]: this rank's own microseconds, and the largest over the ranks
+    // (an all-reduce after the timing).
+    let mut own: [Vec<f64>; 3] = Default::default();
+    let mut slowest: [Vec<f64>; 3] = Default::default();
     let micros = |since: WallInstant| since.elapsed().as_secs_f64() * 1e6;
     for _ in 0..reps {
+        let mut mine = [0.0; 3];
         world.barrier();
         let since = WallInstant::now();
         comm.barrier();
-        times[0].push(micros(since));
+        mine[0] = micros(since);
 
         world.barrier();
         let since = WallInstant::now();
         backend_mpi::ulfm::agree(&comm, 1).map_err(|e| e.to_string())?;
-        times[1].push(micros(since));
+        mine[1] = micros(since);
 
         world.barrier();
         let since = WallInstant::now();
         ft_jobs::validate_once(&mut driver, limit)?;
-        times[2].push(micros(since));
+        mine[2] = micros(since);
+
+        let mut max = [0.0; 3];
+        world.all_reduce_into(&mine[..], &mut max[..], SystemOperation::max());
+        for phase in 0..3 {
+            own[phase].push(mine[phase]);
+            slowest[phase].push(max[phase]);
+        }
     }
-    let [barrier, agree, ours] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
+    let medians = |times: [Vec<f64>; 3]| times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
+    let [barrier, agree, ours] = medians(own);
+    let [barrier_max, agree_max, ours_max] = medians(slowest);
     let line = json!({
         "rank": world.rank(),
         "n": world.size(),
         "reps": reps,
         "median_us": {"barrier": barrier, "ulfm_agree": agree, "validate_global": ours},
         "ratio_to_ulfm_agree": {"barrier": barrier / agree, "validate_global": ours / agree},
+        "slowest_rank": {
+            "median_us": {"barrier": barrier_max, "ulfm_agree": agree_max, "validate_global": ours_max},
+            "ratio_to_ulfm_agree": {"barrier": barrier_max / agree_max, "validate_global": ours_max / agree_max},
+        },
     })
     .to_string();
     Ok(Finished {
@@ -465,7 +486,7 @@ fn bench_bcast(
         let mut buffers: Vec<Vec<u8>> = (0..case.outputs as usize)
             .map(|j| {
                 if me == case.spec.root {
-                    case.payloads[j].clone()
+                    case.payloads[j].to_vec()
                 } else {
                     vec![0; case.bytes as usize]
                 }
@@ -473,8 +494,9 @@ fn bench_bcast(
             .collect();
         let mut times: [Vec<f64>; 2] = Default::default();
         for rep in 0..bench.reps {
+            let start = case.start(me);
             world.barrier();
-            let mine = stack_rep(&mut driver, case, task, limit)?;
+            let mine = stack_rep(&mut driver, case, start, task, limit)?;
             settle(world, &mut driver, limit)?;
             if rep + 1 < bench.reps {
                 release(&mut driver, task)?;
@@ -495,7 +517,7 @@ fn bench_bcast(
             || case
                 .needs
                 .iter()
-                .any(|j| buffers[j as usize] != case.payloads[j as usize])
+                .any(|j| buffers[j as usize][..] != case.payloads[j as usize][..])
         {
             return Err(format!(
                 "an output of {} bytes arrived corrupted",
