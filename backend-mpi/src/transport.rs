@@ -127,16 +127,31 @@ pub const HAND_OVER_FROM: usize = 4096;
 pub const COPY_BELOW: usize = 4096;
 
 /// The broadcast chunk a relay is sent ([`Transport::chunk_bytes`]; leaves get whole
-/// outputs, [`MAX_PAYLOAD`]): 256 KiB. Each chunk is a head and a payload message
-/// through the driver loop, and on 2 shared cores a message delay is a context switch,
-/// so 64 KiB chunks cost more than their pipelining gains. `ftmpi bench-bcast --sizes
-/// 262144 1048576 4194304 --chunk-bytes C`, one output, three alternated rounds (load
-/// 2.5–4.5), median `ratio_to_mpi_bcast` for C = 64 KiB / 256 KiB / 1 MiB: n = 4, 256
-/// KiB 2.26 / 1.44 / 1.56, 1 MiB 1.54 / 1.45 / 2.26, 4 MiB 1.74 / 1.47 / 1.01; n = 8,
-/// 2.64–11.8 / 2.11 / 1.87, 2.55 / 2.02 / 1.53, 2.36 / 2.14 / 1.88. 1 MiB did about
-/// as well here with a wider spread, but pipelines less down a deep tree (a 4 MiB
-/// output is only 4 chunks), so 256 KiB, as on libfabric.
-pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+/// outputs, [`MAX_PAYLOAD`]): 4 MiB, so an output of up to 4 MiB goes to every rank in
+/// one message and larger ones pipeline down the tree in 4 MiB chunks.
+///
+/// Why so long: a relay that gets an output in several chunks joins them into one
+/// buffer when it has them all (one more copy of every byte, [`ft_bcast::Broadcaster`]
+/// keeps outputs contiguous), and so does its leaf child, which the relay forwards
+/// each chunk to as it arrives. On shared memory that copy costs more than pipelining
+/// saves: MPI moves a whole message with one copy in one call. `ftmpi bench-bcast
+/// --sizes 262144,1048576,4194304 --chunk-bytes C` for C = 256 KiB / 1 MiB / 4 MiB,
+/// four alternated rounds (session 9, load about 1.5), range of `ratio_to_mpi_bcast`
+/// with one output:
+///
+/// | case | n | 256 KiB | 1 MiB | 4 MiB |
+/// |---|---|---|---|---|
+/// | 1 MiB × 1 | 4 | 1.50–2.15 | 0.83–0.94 | 0.65–0.91 |
+/// | 4 MiB × 1 | 4 | 0.91–1.24 | 0.86–1.08 | 0.72–0.78 |
+/// | 1 MiB × 1 | 8 | 1.86–2.49 | 1.10–1.29 | 1.02–1.30 |
+/// | 4 MiB × 1 | 8 | 1.62–2.03 | 1.46–1.63 | 0.94–1.48 |
+///
+/// (256 KiB × 1 is one chunk under all three: 1.13–1.67; with 4 outputs, where leaves
+/// get whole outputs anyway, the three are within the noise of each other, 0.5–1.4.)
+/// Until session 9 this was 256 KiB, chosen when 64 KiB was the alternative. Across
+/// nodes, where a link is slower than a copy, a shorter chunk may pipeline better:
+/// `RankStack::set_chunk_bytes` (`ftmpi bench-bcast --chunk-bytes`) overrides it.
+pub const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
 
 /// An MPI call failed for a reason other than a dead peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
