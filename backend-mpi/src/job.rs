@@ -59,6 +59,8 @@ impl JobTransport for MpiTransport {
             ("payload_bytes_copied", s.payload_bytes_copied),
             ("payloads_received", s.payloads_received),
             ("payload_buffers_reused", s.payload_buffers_reused),
+            ("payload_bytes_placed", s.payload_bytes_placed),
+            ("placed_mismatched", s.placed_mismatched),
         ]
     }
     fn saw_failure(&self) -> bool {

@@ -35,6 +35,15 @@
 //!   sender that dies first loses the frame ([`TransportStats::lost_in_transfer`]). A
 //!   payload may complete after a later whole frame from its sender: the protocols do
 //!   not rely on a pair's frames keeping their order;
+//! - **a payload received in place** ([`MpiTransport::try_recv_placing`], what the
+//!   driver calls): on a head, the transport first asks the caller where the payload
+//!   should go (the machine's [`ft_core::Protocol::place_payload`]: a broadcast chunk
+//!   of a multi-chunk output goes straight to its offset in the output's one buffer, a
+//!   [`ft_core::Slot`]); given a slot of the payload's length, the `MPI_Irecv` writes
+//!   there, and the frame comes out as [`Delivery::Placed`] (its head and the slot,
+//!   filled), or the slot as [`Delivery::Unplaced`] if the sender died first or sent
+//!   another length ([`TransportStats::placed_mismatched`]). Otherwise the payload goes
+//!   behind the head as above. [`TransportStats::payload_bytes_placed`] counts them;
 //! - **receive** keeps a ring of [`RECV_SLOTS`] any-source, any-tag `MPI_Irecv`s posted, each
 //!   into its own buffer of the largest frame of this communicator
 //!   ([`ft_core::wire::frame_capacity`]). MPI matches an arriving message to the
@@ -77,8 +86,8 @@ use std::os::raw::{c_int, c_void};
 
 use crate::pool::ReceivePool;
 use bytes::Bytes;
-use ft_core::{wire, Rank};
-use ft_runtime::{Received, Transport};
+use ft_core::{wire, Filled, Rank, Slot};
+use ft_runtime::{Delivery, Place, Received, Transport};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -127,31 +136,28 @@ pub const HAND_OVER_FROM: usize = 4096;
 pub const COPY_BELOW: usize = 4096;
 
 /// The broadcast chunk a relay is sent ([`Transport::chunk_bytes`]; leaves get whole
-/// outputs, [`MAX_PAYLOAD`]): 4 MiB, so an output of up to 4 MiB goes to every rank in
-/// one message and larger ones pipeline down the tree in 4 MiB chunks.
+/// outputs, [`MAX_PAYLOAD`]): 256 KiB, so a large output pipelines down the tree.
 ///
-/// Why so long: a relay that gets an output in several chunks joins them into one
-/// buffer when it has them all (one more copy of every byte, [`ft_bcast::Broadcaster`]
-/// keeps outputs contiguous), and so does its leaf child, which the relay forwards
-/// each chunk to as it arrives. On shared memory that copy costs more than pipelining
-/// saves: MPI moves a whole message with one copy in one call. `ftmpi bench-bcast
-/// --sizes 262144,1048576,4194304 --chunk-bytes C` for C = 256 KiB / 1 MiB / 4 MiB,
-/// four alternated rounds (session 9, load about 1.5), range of `ratio_to_mpi_bcast`
-/// with one output:
+/// Chunks are received straight into the output's one buffer
+/// ([`MpiTransport::try_recv_placing`]), so a multi-chunk output costs no join. Before
+/// that (session 9, first half), a relay and its leaf child each joined their chunks
+/// into one buffer at the end, a copy of every byte that cost more than pipelining
+/// saved, and 4 MiB chunks won. `ftmpi bench-bcast --sizes 262144,1048576,4194304
+/// --outputs 1 --chunk-bytes C`, range of `ratio_to_mpi_bcast` over alternated rounds
+/// (load about 1.5), for C = 256 KiB / 1 MiB / 4 MiB:
 ///
-/// | case | n | 256 KiB | 1 MiB | 4 MiB |
-/// |---|---|---|---|---|
-/// | 1 MiB × 1 | 4 | 1.50–2.15 | 0.83–0.94 | 0.65–0.91 |
-/// | 4 MiB × 1 | 4 | 0.91–1.24 | 0.86–1.08 | 0.72–0.78 |
-/// | 1 MiB × 1 | 8 | 1.86–2.49 | 1.10–1.29 | 1.02–1.30 |
-/// | 4 MiB × 1 | 8 | 1.62–2.03 | 1.46–1.63 | 0.94–1.48 |
+/// | case | n | joined (4 rounds) | received in place (3 rounds) |
+/// |---|---|---|---|
+/// | 1 MiB × 1 | 4 | 1.50–2.15 / 0.83–0.94 / 0.65–0.91 | 0.76–0.96 / 0.85–0.95 / 0.79–0.84 |
+/// | 4 MiB × 1 | 4 | 0.91–1.24 / 0.86–1.08 / 0.72–0.78 | 0.72–0.75 / 0.72–0.75 / 0.71–0.77 |
+/// | 1 MiB × 1 | 8 | 1.86–2.49 / 1.10–1.29 / 1.02–1.30 | 1.01–1.39 / 1.12–1.26 / 1.22–1.39 |
+/// | 4 MiB × 1 | 8 | 1.62–2.03 / 1.46–1.63 / 0.94–1.48 | 1.09–1.19 / 0.98–1.35 / 1.15–1.41 |
 ///
-/// (256 KiB × 1 is one chunk under all three: 1.13–1.67; with 4 outputs, where leaves
-/// get whole outputs anyway, the three are within the noise of each other, 0.5–1.4.)
-/// Until session 9 this was 256 KiB, chosen when 64 KiB was the alternative. Across
-/// nodes, where a link is slower than a copy, a shorter chunk may pipeline better:
-/// `RankStack::set_chunk_bytes` (`ftmpi bench-bcast --chunk-bytes`) overrides it.
-pub const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
+/// In place, 256 KiB does as well as whole outputs on one node, and pipelines where a
+/// link is slower than a copy (across nodes). (256 KiB × 1 is one chunk under all
+/// three: 1.13–2.12.) `RankStack::set_chunk_bytes` (`ftmpi bench-bcast
+/// --chunk-bytes`) overrides it.
+pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
 /// An MPI call failed for a reason other than a dead peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,6 +221,12 @@ pub struct TransportStats {
     pub payload_buffers_reused: u64,
     /// Heads too short to carry a payload length: dropped.
     pub bad_heads: u64,
+    /// Payload bytes received straight into memory the caller gave
+    /// ([`MpiTransport::try_recv_placing`]: a broadcast output's buffer).
+    pub payload_bytes_placed: u64,
+    /// Payloads received into the caller's memory whose length differed from their
+    /// head's: the slot goes back unfilled and the frame is lost.
+    pub placed_mismatched: u64,
 }
 
 /// A pending send: the buffer MPI reads (a whole frame, or the header of a
@@ -242,19 +254,40 @@ struct RecvRing {
 }
 
 /// A payload's receive, posted when its head ([`HEAD_TAG`]) arrived: `buffer` holds
-/// the head, and MPI writes the payload right behind it, so the frame arrives whole.
+/// the head, and MPI writes the payload right behind it, so the frame arrives whole;
+/// or, if the caller gave memory for it ([`MpiTransport::try_recv_placing`]), into
+/// `slot`, and `buffer` holds the head alone.
 struct Incoming {
-    /// Capacity: the head and the payload (or the head alone, for a payload refused).
+    /// Capacity: the head and the payload (or the head alone, for a payload refused or
+    /// placed).
     buffer: Vec<u8>,
     from: Rank,
     /// The payload's length as its head announced it.
     len: usize,
+    /// The caller's memory the payload is received into.
+    slot: Option<Slot>,
 }
 
 /// What a payload receive gave, waiting for [`MpiTransport::try_recv`].
 enum Arrival {
-    Frame { from: Rank, frame: Vec<u8> },
-    Oversized { from: Rank, len: usize },
+    Frame {
+        from: Rank,
+        frame: Vec<u8>,
+    },
+    Oversized {
+        from: Rank,
+        len: usize,
+    },
+    /// A payload received into the caller's slot, behind its head.
+    Placed {
+        from: Rank,
+        head: Vec<u8>,
+        payload: Filled,
+    },
+    /// A slot the caller gave that was not filled.
+    Unplaced {
+        slot: Slot,
+    },
 }
 
 /// Frames between the ranks of one communicator: see the [module docs](self).
@@ -266,6 +299,8 @@ pub struct MpiTransport {
     /// Posted payload receives, oldest first, in step with `incoming`.
     incoming_requests: Vec<ffi::MPI_Request>,
     incoming: Vec<Incoming>,
+    /// The head of the last frame handed on as [`Delivery::Placed`] (lent from here).
+    placed_head: Vec<u8>,
     /// Completed payload receives not yet handed on, oldest first.
     arrived: VecDeque<Arrival>,
     /// Where payload receives land, and their buffers come back to.
@@ -316,6 +351,7 @@ impl MpiTransport {
             data_comm: ManuallyDrop::new(data_comm),
             incoming_requests: Vec::new(),
             incoming: Vec::new(),
+            placed_head: Vec::new(),
             arrived: VecDeque::new(),
             pool: ReceivePool::new(),
             me,
@@ -633,8 +669,44 @@ impl MpiTransport {
         }
     }
 
-    /// Receives one frame if one has arrived.
+    /// Receives one frame if one has arrived (a payload is received into this
+    /// transport's own buffer: see [`MpiTransport::try_recv_placing`] for the caller's).
     pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
+        Ok(match self.receive(&mut |_, _, _| None)? {
+            None => None,
+            Some(Delivery::Received(received)) => Some(received),
+            // Placed by an earlier `try_recv_placing`: the frame whole, as a copy.
+            Some(Delivery::Placed {
+                from,
+                head,
+                payload,
+            }) => {
+                let mut frame = Vec::with_capacity(head.len() + payload.len());
+                frame.extend_from_slice(head);
+                frame.extend_from_slice(&payload.into_bytes());
+                Some(Received::Owned {
+                    from,
+                    frame: Bytes::from(frame),
+                })
+            }
+            // Its caller is not asking: the slot's range stays claimed, never written.
+            Some(Delivery::Unplaced { .. }) => None,
+        })
+    }
+
+    /// Receives one frame if one has arrived; a payload that follows its head goes
+    /// where `place(from, head, len)` says, if it gives a slot of exactly `len` bytes
+    /// ([`Delivery::Placed`] once received, [`Delivery::Unplaced`] if its sender dies
+    /// first), else into this transport's buffer as with [`MpiTransport::try_recv`].
+    pub fn try_recv_placing(
+        &mut self,
+        place: &mut Place<'_>,
+    ) -> Result<Option<Delivery<'_>>, MpiError> {
+        self.receive(place)
+    }
+
+    /// [`MpiTransport::try_recv_placing`].
+    fn receive(&mut self, place: &mut Place<'_>) -> Result<Option<Delivery<'_>>, MpiError> {
         // Each round either returns or retires the head (a lost or oversized message
         // whose slot is re-posted): bounded by the ring.
         for _ in 0..=RECV_SLOTS {
@@ -646,13 +718,31 @@ impl MpiTransport {
                     self.stats.received += 1;
                     self.stats.payloads_received += 1;
                     self.stats.frames_handed_over += 1;
-                    return Ok(Some(Received::Owned {
+                    return Ok(Some(Delivery::Received(Received::Owned {
                         from,
                         frame: self.pool.share(frame),
-                    }));
+                    })));
                 }
                 Some(Arrival::Oversized { from, len }) => {
-                    return Ok(Some(Received::Oversized { from, len }));
+                    return Ok(Some(Delivery::Received(Received::Oversized { from, len })));
+                }
+                Some(Arrival::Placed {
+                    from,
+                    head,
+                    payload,
+                }) => {
+                    self.stats.received += 1;
+                    self.stats.payloads_received += 1;
+                    self.stats.payload_bytes_placed += payload.len() as u64;
+                    self.placed_head = head;
+                    return Ok(Some(Delivery::Placed {
+                        from,
+                        head: &self.placed_head,
+                        payload,
+                    }));
+                }
+                Some(Arrival::Unplaced { slot }) => {
+                    return Ok(Some(Delivery::Unplaced { slot }));
                 }
                 None => {}
             }
@@ -693,16 +783,17 @@ impl MpiTransport {
                 unsafe { buffer.set_len(len) };
                 self.ring.repost = true;
                 if status.MPI_TAG == HEAD_TAG {
-                    // Its payload follows: received behind it, handed on when complete.
-                    self.receive_payload(head, from)?;
+                    // Its payload follows: received behind it (or where `place` says),
+                    // handed on when complete.
+                    self.receive_payload(head, from, place)?;
                     continue;
                 }
                 self.stats.received += 1;
                 if len < HAND_OVER_FROM {
-                    return Ok(Some(Received::Frame {
+                    return Ok(Some(Delivery::Received(Received::Frame {
                         from,
                         bytes: &self.ring.buffers[head],
-                    }));
+                    })));
                 }
                 // Handed over: the slot is re-posted (next call) with a new buffer.
                 let fresh = Vec::with_capacity(self.ring.capacity);
@@ -713,10 +804,10 @@ impl MpiTransport {
                     frame.shrink_to_fit();
                 }
                 self.stats.frames_handed_over += 1;
-                return Ok(Some(Received::Owned {
+                return Ok(Some(Delivery::Received(Received::Owned {
                     from,
                     frame: Bytes::from(frame),
-                }));
+                })));
             }
             let class = error_class(code);
             if class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int {
@@ -737,10 +828,10 @@ impl MpiTransport {
                 // SAFETY: `status` describes the completed (truncated) receive.
                 unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
                 let len = usize::try_from(count).unwrap_or(0).max(capacity + 1);
-                return Ok(Some(Received::Oversized {
+                return Ok(Some(Delivery::Received(Received::Oversized {
                     from: status.MPI_SOURCE as Rank,
                     len,
-                }));
+                })));
             }
             if is_process_failure(code) {
                 // The sender died while its matched frame was in transfer (a large
@@ -766,11 +857,17 @@ impl MpiTransport {
     }
 
     /// Ring slot `slot` holds a head from `from`: posts the receive of its payload from
-    /// `from` on the payload communicator, into a new buffer right behind a copy of the
-    /// head (MPI keeps a pair's messages in order, so the next payload from `from` is
-    /// this head's). A payload longer than [`MAX_PAYLOAD`] is received into no room
-    /// (MPI truncates it, which keeps the pair in step) and reported oversized.
-    fn receive_payload(&mut self, slot: usize, from: Rank) -> Result<(), MpiError> {
+    /// `from` on the payload communicator (MPI keeps a pair's messages in order, so the
+    /// next payload from `from` is this head's), into the caller's memory if `place`
+    /// gives a slot of exactly its length, else into a new buffer right behind a copy
+    /// of the head. A payload longer than [`MAX_PAYLOAD`] is received into no room (MPI
+    /// truncates it, which keeps the pair in step) and reported oversized.
+    fn receive_payload(
+        &mut self,
+        slot: usize,
+        from: Rank,
+        place: &mut Place<'_>,
+    ) -> Result<(), MpiError> {
         let frame = &self.ring.buffers[slot];
         let Some(at) = frame.len().checked_sub(4) else {
             self.stats.bad_heads += 1;
@@ -779,19 +876,79 @@ impl MpiTransport {
         let mut len = [0u8; 4];
         len.copy_from_slice(&frame[at..]);
         let len = u32::from_le_bytes(len) as usize;
+        if len <= MAX_PAYLOAD {
+            match place(from, &frame[..at], len) {
+                Some(mut target) if target.len() == len => {
+                    let head = frame[..at].to_vec();
+                    // SAFETY: the slot's `len` bytes are ours to write until it is
+                    // filled or given back (`ft_core::landing`); the slot (which keeps
+                    // its memory alive) stays in `incoming` until the request completes,
+                    // is cancelled, or the transport is dropped (which leaks it).
+                    let (code, request) =
+                        unsafe { self.post_payload(target.as_mut_ptr(), len, from) };
+                    if is_process_failure(code) {
+                        self.stats.lost_in_transfer += 1;
+                        self.arrived.push_back(Arrival::Unplaced { slot: target });
+                        return Ok(());
+                    }
+                    check("MPI_Irecv", code)?;
+                    self.incoming_requests.push(request);
+                    self.incoming.push(Incoming {
+                        buffer: head,
+                        from,
+                        len,
+                        slot: Some(target),
+                    });
+                    return Ok(());
+                }
+                // Not of the payload's length: back unwritten, and the transport's
+                // buffer takes the payload.
+                Some(other) => self.arrived.push_back(Arrival::Unplaced { slot: other }),
+                None => {}
+            }
+        }
         let room = if len > MAX_PAYLOAD { 0 } else { len };
         let (mut buffer, reused) = self.pool.take(at + room);
         self.stats.payload_buffers_reused += u64::from(reused);
-        buffer.extend_from_slice(&frame[..at]);
-        let mut request = null_request();
+        buffer.extend_from_slice(&self.ring.buffers[slot][..at]);
         // SAFETY: the buffer has room for `room` bytes past its `at` initialised ones
         // (its capacity, uninitialised memory MPI only writes); it stays alive and
         // unmoved in `incoming` (a `Vec`'s heap buffer, unresized) until the request
         // completes, is cancelled, or the transport is dropped (which leaks it).
+        let (code, request) = unsafe { self.post_payload(buffer.as_mut_ptr().add(at), room, from) };
+        if is_process_failure(code) {
+            self.stats.lost_in_transfer += 1;
+            return Ok(());
+        }
+        check("MPI_Irecv", code)?;
+        self.incoming_requests.push(request);
+        self.incoming.push(Incoming {
+            buffer,
+            from,
+            len,
+            slot: None,
+        });
+        Ok(())
+    }
+
+    /// Posts the receive of the next payload from `from` on the payload communicator
+    /// into the `len` bytes at `into`: MPI's code and the request.
+    ///
+    /// # Safety
+    /// The `len` bytes at `into` are writable and stay allocated, unread and unmoved
+    /// until the request completes, is cancelled, or the transport is dropped.
+    unsafe fn post_payload(
+        &self,
+        into: *mut u8,
+        len: usize,
+        from: Rank,
+    ) -> (c_int, ffi::MPI_Request) {
+        let mut request = null_request();
+        // SAFETY: the caller's contract; MPI writes the request.
         let code = unsafe {
             ffi::MPI_Irecv(
-                buffer.as_mut_ptr().add(at).cast::<c_void>(),
-                room as c_int,
+                into.cast::<c_void>(),
+                len as c_int,
                 ffi::RSMPI_UINT8_T,
                 from as c_int,
                 FRAME_TAG,
@@ -799,14 +956,7 @@ impl MpiTransport {
                 &mut request,
             )
         };
-        if is_process_failure(code) {
-            self.stats.lost_in_transfer += 1;
-            return Ok(());
-        }
-        check("MPI_Irecv", code)?;
-        self.incoming_requests.push(request);
-        self.incoming.push(Incoming { buffer, from, len });
-        Ok(())
+        (code, request)
     }
 
     /// Moves the payload receives that completed to `arrived`, in the order they were
@@ -836,7 +986,8 @@ impl MpiTransport {
         for &(index, received) in finished.iter().rev() {
             self.incoming_requests.remove(index);
             let incoming = self.incoming.remove(index);
-            self.arrived.push_front(arrival(incoming, received, true));
+            let arrival = arrival(incoming, received, true, &mut self.stats);
+            self.arrived.push_front(arrival);
         }
         self.finished = finished;
         Ok(())
@@ -852,7 +1003,8 @@ impl MpiTransport {
                 // Freed by MPI after an error it reported for the whole array: lost.
                 self.stats.lost_in_transfer += 1;
                 self.incoming_requests.remove(index);
-                self.incoming.remove(index);
+                let incoming = self.incoming.remove(index);
+                self.give_back(incoming);
                 continue;
             }
             let mut flag: c_int = 0;
@@ -875,15 +1027,24 @@ impl MpiTransport {
                 // The sender died before or while sending the payload: the frame is
                 // lost, as a frame whose sender died in transfer.
                 self.stats.lost_in_transfer += 1;
+                self.give_back(incoming);
                 continue;
             }
             let mut received: c_int = 0;
             // SAFETY: the status of a completed receive.
             unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut received) };
-            self.arrived
-                .push_back(arrival(incoming, received, !truncated));
+            let arrival = arrival(incoming, received, !truncated, &mut self.stats);
+            self.arrived.push_back(arrival);
         }
         Ok(())
+    }
+
+    /// A payload receive that will never complete: its caller's slot, if it had one,
+    /// goes back unfilled ([`Delivery::Unplaced`]).
+    fn give_back(&mut self, incoming: Incoming) {
+        if let Some(slot) = incoming.slot {
+            self.arrived.push_back(Arrival::Unplaced { slot });
+        }
     }
 
     /// Frees payload receive `index` if MPI left it allocated after completing it in
@@ -944,6 +1105,12 @@ impl Transport for MpiTransport {
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
         MpiTransport::try_recv(self)
     }
+    fn try_recv_placing(
+        &mut self,
+        place: &mut Place<'_>,
+    ) -> Result<Option<Delivery<'_>>, MpiError> {
+        MpiTransport::try_recv_placing(self, place)
+    }
     fn progress(&mut self) -> Result<(), MpiError> {
         MpiTransport::progress(self)
     }
@@ -974,7 +1141,12 @@ impl Drop for MpiTransport {
         }
         let incoming = std::mem::take(&mut self.incoming);
         for (request, incoming) in self.incoming_requests.iter_mut().zip(incoming) {
-            given_up |= !cancel_receive(request, incoming.buffer);
+            let done = cancel_receive(request, incoming.buffer);
+            if !done {
+                // MPI may still write the slot: its memory must outlive that.
+                std::mem::forget(incoming.slot);
+            }
+            given_up |= !done;
         }
         if !given_up {
             // SAFETY: dropped once, here, and never used again.
@@ -1059,14 +1231,32 @@ pub(crate) fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
     }
 }
 
-/// A completed payload receive as a frame (its head, then the `received` bytes MPI
-/// wrote behind it), or oversized if it was refused or truncated (`!fits`).
-fn arrival(incoming: Incoming, received: c_int, fits: bool) -> Arrival {
+/// What a completed payload receive gave: `received` bytes, all of them if it `fits`
+/// (else MPI truncated a longer message). Into the caller's slot, the payload must be
+/// exactly the length its head said (else the slot goes back unfilled, counted in
+/// `stats`).
+fn arrival(incoming: Incoming, received: c_int, fits: bool, stats: &mut TransportStats) -> Arrival {
     let Incoming {
         mut buffer,
         from,
         len,
+        slot,
     } = incoming;
+    let received = usize::try_from(received).unwrap_or(0);
+    if let Some(slot) = slot {
+        if !fits || received != len {
+            stats.placed_mismatched += 1;
+            return Arrival::Unplaced { slot };
+        }
+        // SAFETY: MPI completed the receive into the slot's `len` bytes and wrote all of
+        // them (`received == len`).
+        let payload = unsafe { slot.filled() };
+        return Arrival::Placed {
+            from,
+            head: buffer,
+            payload,
+        };
+    }
     let head = buffer.len();
     let room = buffer.capacity() - head;
     if !fits || len > room {
@@ -1075,7 +1265,7 @@ fn arrival(incoming: Incoming, received: c_int, fits: bool) -> Arrival {
             len: head + len,
         };
     }
-    let received = usize::try_from(received).unwrap_or(0).min(room);
+    let received = received.min(room);
     // SAFETY: MPI wrote `received` bytes right after the head, within the capacity.
     unsafe { buffer.set_len(head + received) };
     Arrival::Frame {

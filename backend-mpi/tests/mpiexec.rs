@@ -328,7 +328,7 @@ fn sends_to_a_killed_rank_are_dropped_and_the_sender_goes_on() {
 }
 
 #[test]
-fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
+fn a_multi_chunk_broadcast_sends_and_receives_its_payload_bytes_in_place() {
     // plans/mpi-8.json: A 1 MiB to 7 ranks, B 200,000 bytes to 3, C 65,537 to 4, in
     // chunks of DEFAULT_CHUNK_BYTES to relays and whole to leaves (the transport's
     // `chunk_bytes` and `leaf_chunk_bytes`). Failure-free, every delivered payload byte is sent once by
@@ -356,6 +356,17 @@ fn a_multi_chunk_broadcast_sends_its_payload_bytes_in_place() {
     let (in_place, short) = (sum("payload_bytes_in_place"), sum("payload_bytes_copied"));
     assert!(short <= copied, "{lines:#?}");
     assert_eq!(in_place + short, total, "{lines:#?}");
+    // Receiving: every chunk of an output that comes in several chunks (A and B to the
+    // relays) is received straight into the output's one buffer, so no output is
+    // joined by a copy, and the transport and the broadcaster agree on the bytes.
+    assert_eq!(sum("bcast_bytes_joined"), 0, "{lines:#?}");
+    let landed = sum("bcast_bytes_landed");
+    assert!(
+        landed >= 1_048_576,
+        "A reached at least one relay in chunks: {lines:#?}"
+    );
+    assert_eq!(landed, sum("payload_bytes_placed"), "{lines:#?}");
+    assert_eq!(sum("placed_mismatched"), 0, "{lines:#?}");
 }
 
 #[test]

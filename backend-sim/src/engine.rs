@@ -63,7 +63,7 @@ use std::collections::HashMap;
 
 use ft_core::view::FailureView;
 use ft_core::wire::{self, Family, FrameKind};
-use ft_core::{Bytes, Duration, Instant, Protocol, Rank};
+use ft_core::{Bytes, Duration, FrameError, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
 use crate::scenario::{ActionKind, KillPoint, Phases, Scenario, Victims};
@@ -724,15 +724,42 @@ impl<P: SimRank> Sim<P> {
                 self.free_slots.push(slot);
                 if self.slots[to as usize].alive {
                     let now = self.now;
-                    let mut rx = std::mem::take(&mut self.rx);
-                    if self.slots[to as usize]
-                        .machine
-                        .handle_message(now, from, payload.bytes(&mut rx))
-                        .is_err()
-                    {
+                    let machine = &mut self.slots[to as usize].machine;
+                    let result = match &payload {
+                        // Bulk data lands where the machine asks, if it asks: the copy a
+                        // network makes into the receiver's memory, made into the
+                        // machine's own buffer (`Protocol::place_payload`).
+                        Payload::Parts(parts) => {
+                            let (head, data) = (&parts.0, &parts.1);
+                            match machine.place_payload(now, from, head, data.len()) {
+                                Some(slot) => match slot.fill_from(data) {
+                                    Ok(filled) => {
+                                        machine.handle_message_placed(now, from, head, filled)
+                                    }
+                                    Err(slot) => {
+                                        machine.placement_lost(now, slot);
+                                        Err(FrameError::Malformed("a slot of the wrong length"))
+                                    }
+                                },
+                                None => {
+                                    let mut rx = std::mem::take(&mut self.rx);
+                                    let r =
+                                        machine.handle_message(now, from, payload.bytes(&mut rx));
+                                    self.rx = rx;
+                                    r
+                                }
+                            }
+                        }
+                        _ => {
+                            let mut rx = std::mem::take(&mut self.rx);
+                            let r = machine.handle_message(now, from, payload.bytes(&mut rx));
+                            self.rx = rx;
+                            r
+                        }
+                    };
+                    if result.is_err() {
                         self.log.rejected += 1;
                     }
-                    self.rx = rx;
                     self.settle(to);
                 }
             }

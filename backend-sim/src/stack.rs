@@ -18,7 +18,8 @@ use ft_bcast::{BcastEvent, RankStack, StackEvent, Strategy, Topology};
 use ft_core::node::Node;
 use ft_core::view::FailureView;
 use ft_core::{
-    BufferTooShort, Bytes, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts,
+    BufferTooShort, Bytes, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit,
+    TransmitParts,
 };
 
 use crate::engine::{Observation, RankSetup, SimRank};
@@ -111,6 +112,21 @@ impl Protocol for SimStack {
 
     fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
         self.stack.handle_message(now, from, bytes)
+    }
+    fn place_payload(&mut self, now: Instant, from: Rank, head: &[u8], len: usize) -> Option<Slot> {
+        self.stack.place_payload(now, from, head, len)
+    }
+    fn handle_message_placed(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        head: &[u8],
+        payload: Filled,
+    ) -> Result<(), FrameError> {
+        self.stack.handle_message_placed(now, from, head, payload)
+    }
+    fn placement_lost(&mut self, now: Instant, slot: Slot) {
+        self.stack.placement_lost(now, slot);
     }
     fn handle_timeout(&mut self, now: Instant) {
         self.stack.handle_timeout(now);

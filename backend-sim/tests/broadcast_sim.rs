@@ -24,7 +24,9 @@ use backend_sim::stack::{payload, SimStack};
 use ft_bcast::StackEvent;
 use ft_core::view::FailureView;
 use ft_core::wire::{Family, FrameKind, MAX_CHUNK};
-use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts};
+use ft_core::{
+    BufferTooShort, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit, TransmitParts,
+};
 use serde_json::json;
 
 const TOPOLOGIES: [&str; 4] = ["star", "chain", "binomial", "kary:2"];
@@ -203,6 +205,21 @@ impl Protocol for Watched {
     fn handle_message(&mut self, now: Instant, from: Rank, bytes: &[u8]) -> Result<(), FrameError> {
         self.inner.handle_message(now, from, bytes)
     }
+    fn place_payload(&mut self, now: Instant, from: Rank, head: &[u8], len: usize) -> Option<Slot> {
+        self.inner.place_payload(now, from, head, len)
+    }
+    fn handle_message_placed(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        head: &[u8],
+        payload: Filled,
+    ) -> Result<(), FrameError> {
+        self.inner.handle_message_placed(now, from, head, payload)
+    }
+    fn placement_lost(&mut self, now: Instant, slot: Slot) {
+        self.inner.placement_lost(now, slot);
+    }
     fn handle_timeout(&mut self, now: Instant) {
         self.inner.handle_timeout(now);
     }
@@ -334,6 +351,12 @@ struct Struck {
     /// Failure-free runs whose bytes were counted (each payload byte once per
     /// destination).
     failure_free_checked: usize,
+    /// Payload bytes received straight into their output's buffer, over the run.
+    landed: u64,
+    /// Payload bytes copied to join multi-chunk outputs, over the run.
+    joined: u64,
+    /// Of those, in failure-free runs (where every multi-chunk output lands: 0).
+    joined_failure_free: u64,
 }
 
 fn at_ms(ms: f64) -> Instant {
@@ -438,6 +461,11 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         let stats = m.inner.stack().bcast_stats();
         struck.payload_sent += stats.payload_bytes_sent;
         struck.duplicate_received += stats.received_bytes_duplicate;
+        struck.landed += stats.received_bytes_landed;
+        struck.joined += stats.joined_bytes;
+        if log.departures.is_empty() {
+            struck.joined_failure_free += stats.joined_bytes;
+        }
         let copied = stats.payload_bytes_copied;
         if copied > 0 {
             return Err(format!(
@@ -531,13 +559,21 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         .filter_map(|seed| run_case(seed, &mut struck).err())
         .collect();
     eprintln!(
-        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination; {} payload bytes sent, {} received twice",
+        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination; {} payload bytes sent, {} received twice; {} received in place into their output's buffer, {} copied to join outputs ({} in failure-free runs)",
         started.elapsed().as_secs_f64(),
         struck.total,
         struck.mid_broadcast,
         struck.failure_free_checked,
         struck.payload_sent,
-        struck.duplicate_received
+        struck.duplicate_received,
+        struck.landed,
+        struck.joined,
+        struck.joined_failure_free
+    );
+    assert!(struck.landed > 0, "no chunk was received in place");
+    assert_eq!(
+        struck.joined_failure_free, 0,
+        "failure-free, every multi-chunk output lands in its one buffer"
     );
     assert!(
         struck.mid_broadcast * 10 >= count as usize,

@@ -54,7 +54,8 @@ use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
 use ft_core::wire::{Context, Family, Header};
 use ft_core::{
-    BufferTooShort, Counts, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts, ViewError,
+    BufferTooShort, Counts, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit,
+    TransmitParts, ViewError,
 };
 
 use crate::plan::Plan;
@@ -273,12 +274,8 @@ impl RankStack {
         if self.node.is_stopped() {
             return Ok(());
         }
-        let context = Context {
-            comm: self.bcast_config.comm,
-            n: self.bcast_config.n,
-        };
         // One decode serves every layer: each takes the checked header and the payload.
-        let (header, payload) = Header::decode(bytes, context, from)?;
+        let (header, payload) = Header::decode(bytes, self.context(), from)?;
         if header.kind.family() == Family::Bcast {
             // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
             if self.node.detector().known_dead().contains(header.sender) {
@@ -293,6 +290,14 @@ impl RankStack {
             let result = self.node.handle_frame(now, &header, payload);
             self.absorb_node(now);
             result
+        }
+    }
+
+    /// The communicator frames are checked against.
+    fn context(&self) -> Context {
+        Context {
+            comm: self.bcast_config.comm,
+            n: self.bcast_config.n,
         }
     }
 
@@ -380,6 +385,55 @@ impl Protocol for RankStack {
         frame: Bytes,
     ) -> Result<(), FrameError> {
         self.route(now, from, &frame, Some(&frame))
+    }
+
+    /// A broadcast data chunk of an output that comes in several chunks goes straight
+    /// into the output's one buffer ([`Broadcaster::place_frame`]); nothing else is
+    /// placed.
+    fn place_payload(
+        &mut self,
+        _now: Instant,
+        from: Rank,
+        head: &[u8],
+        len: usize,
+    ) -> Option<Slot> {
+        if self.node.is_stopped() {
+            return None;
+        }
+        let (header, reader) = Header::decode(head, self.context(), from).ok()?;
+        if header.kind.family() != Family::Bcast
+            || self.node.detector().known_dead().contains(header.sender)
+        {
+            return None;
+        }
+        self.bcast.as_mut()?.place_frame(&header, reader, len)
+    }
+
+    fn handle_message_placed(
+        &mut self,
+        _now: Instant,
+        from: Rank,
+        head: &[u8],
+        payload: Filled,
+    ) -> Result<(), FrameError> {
+        if self.node.is_stopped() {
+            return Ok(());
+        }
+        let (header, reader) = Header::decode(head, self.context(), from)?;
+        if self.node.detector().known_dead().contains(header.sender) {
+            return Err(FrameError::FromFailedRank(header.sender));
+        }
+        match self.bcast.as_mut() {
+            Some(bcast) => bcast.handle_frame_placed(&header, reader, payload),
+            // Only the broadcaster places payloads: a stack without one gave no slot.
+            None => Err(FrameError::Malformed("a placed payload nobody asked for")),
+        }
+    }
+
+    fn placement_lost(&mut self, _now: Instant, slot: Slot) {
+        if let Some(bcast) = self.bcast.as_mut() {
+            bcast.placement_lost(slot);
+        }
     }
 
     fn handle_timeout(&mut self, now: Instant) {

@@ -13,8 +13,12 @@
 //! Invariant kept by every type here, at every rank `i`: `G ⊆ L_i ⊆ F`, where `F` is the
 //! set of ranks that really failed or were declared failed (fail-stop is enforced: a
 //! rank declared failed stops itself).
+//!
+//! No `unsafe` code, but in one module: [`landing`], the buffer that transports receive
+//! bulk data into in place (an allocation, a raw pointer to write through, slices over
+//! what was written), with its invariants stated there.
 #![no_std]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 extern crate alloc;
 #[cfg(any(test, feature = "std"))]
@@ -23,6 +27,7 @@ extern crate std;
 pub mod agreement;
 pub mod detector;
 pub mod error;
+pub mod landing;
 pub mod machine;
 pub mod node;
 pub mod rank;
@@ -35,6 +40,7 @@ pub mod view;
 pub mod wire;
 
 pub use error::{BufferTooShort, FrameError, ViewError};
+pub use landing::{Filled, Landing, Slot};
 pub use machine::{Bytes, Protocol, Transmit, TransmitParts};
 pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
 pub use rankset::{Members, RankSet};

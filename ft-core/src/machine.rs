@@ -34,12 +34,23 @@
 //! out. The frame is the same bytes either way, and so is the machine's answer; the
 //! default borrows it and calls [`Protocol::handle_message`].
 //!
+//! **Payloads received in place.** A transport that receives a frame's head before its
+//! payload (MPI: the payload is its own message behind its head) may ask the machine
+//! where the payload should go: [`Protocol::place_payload`] answers with a [`Slot`] of
+//! the machine's own buffer (a [`crate::landing::Landing`]: a broadcast output's one
+//! buffer), or `None` for the transport's own buffer as before. A payload received into
+//! a slot comes back through [`Protocol::handle_message_placed`] (head, and the slot
+//! filled), which has the outcome `handle_message` would have on the whole frame; one
+//! that never arrived (its sender died) gives its slot back through
+//! [`Protocol::placement_lost`]. The defaults place nothing.
+//!
 //! Time passed in only moves forward; a machine treats an `Instant` earlier than one it
 //! saw as equal to it, and a `handle_timeout` that comes early does nothing.
 
 pub use bytes::Bytes;
 
 use crate::error::{BufferTooShort, FrameError};
+use crate::landing::{Filled, Slot};
 use crate::rank::Rank;
 use crate::time::Instant;
 
@@ -108,6 +119,47 @@ pub trait Protocol {
     ) -> Result<(), FrameError> {
         self.handle_message(now, from, &frame)
     }
+
+    /// A frame's head `head` came from `from`, and `len` payload bytes follow it (the
+    /// frame is `head` then the payload): the machine's own memory to receive them into,
+    /// a [`Slot`] of exactly `len` bytes, or `None` (the default) for the transport's
+    /// buffer and then [`Protocol::handle_message_owned`]. A machine that answers a slot
+    /// gets the frame back through [`Protocol::handle_message_placed`], or the slot
+    /// through [`Protocol::placement_lost`]. Nothing is checked for good here but the
+    /// slot's fit: the frame is checked when it comes back.
+    fn place_payload(
+        &mut self,
+        _now: Instant,
+        _from: Rank,
+        _head: &[u8],
+        _len: usize,
+    ) -> Option<Slot> {
+        None
+    }
+
+    /// The frame whose head is `head` and whose payload was received into the slot that
+    /// [`Protocol::place_payload`] gave (now `payload`, filled). Same contract and same
+    /// outcome as `handle_message` on the whole frame. The default (for a machine that
+    /// places nothing, so never called by a correct transport) joins the two and calls
+    /// `handle_message`.
+    fn handle_message_placed(
+        &mut self,
+        now: Instant,
+        from: Rank,
+        head: &[u8],
+        payload: Filled,
+    ) -> Result<(), FrameError> {
+        let payload = payload.into_bytes();
+        let mut frame = alloc::vec::Vec::with_capacity(head.len() + payload.len());
+        frame.extend_from_slice(head);
+        frame.extend_from_slice(&payload);
+        self.handle_message(now, from, &frame)
+    }
+
+    /// A slot that [`Protocol::place_payload`] gave was not filled (its sender died
+    /// during the transfer, or the frame was refused): it comes back unwritten. The
+    /// default drops it.
+    fn placement_lost(&mut self, _now: Instant, _slot: Slot) {}
 
     /// Tells the machine the clock reached `now`; timers due by then fire.
     fn handle_timeout(&mut self, now: Instant);

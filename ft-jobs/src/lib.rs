@@ -789,6 +789,14 @@ pub fn stats<T: JobTransport>(driver: &RankDriver<T>) -> Value {
         .map(|(name, count)| (name.to_string(), count.into()))
         .collect();
     stats.insert("rejected".into(), driver.stats().rejected.into());
+    // What the broadcaster did with the payload bytes it received: kept where the
+    // transport received them into the output's buffer, and copied to join outputs.
+    let bcast = driver.machine().bcast_stats();
+    stats.insert(
+        "bcast_bytes_landed".into(),
+        bcast.received_bytes_landed.into(),
+    );
+    stats.insert("bcast_bytes_joined".into(), bcast.joined_bytes.into());
     stats.insert(
         "elapsed_ms".into(),
         (driver.now().as_nanos() / 1_000_000).into(),

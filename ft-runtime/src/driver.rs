@@ -15,7 +15,9 @@
 //! Frames come in as the transport gives them: a lent frame through
 //! [`Protocol::handle_message`], a frame handed over ([`Received::Owned`]) through
 //! [`Protocol::handle_message_owned`], so a broadcast chunk in it is kept without a
-//! copy. Frames go out through [`Protocol::poll_transmit_parts`]: control frames as one
+//! copy; a transport that receives a head before its payload asks the machine where the
+//! payload goes ([`Transport::try_recv_placing`] with [`Protocol::place_payload`]), and
+//! a payload received there comes in through [`Protocol::handle_message_placed`]. Frames go out through [`Protocol::poll_transmit_parts`]: control frames as one
 //! slice of the driver's buffer ([`Transport::send`]), broadcast chunks as a head in
 //! that buffer plus the payload shared with the machine ([`Transport::send_parts`]), so
 //! the driver and the machine copy no payload byte; [`DriverStats`] counts the payload
@@ -36,7 +38,7 @@ use ft_core::node::NodeEvent;
 use ft_core::{wire, Instant, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
-use crate::transport::{Received, Transport, Wake};
+use crate::transport::{Delivery, Received, Transport, Wake};
 
 /// The longest an idle loop sleeps, by default: a frame that arrives while the rank
 /// sleeps waits at most this long ([`Driver::set_idle`]).
@@ -97,6 +99,9 @@ pub struct DriverStats {
     /// Frames the transport handed over ([`Received::Owned`]) and the driver passed on
     /// whole ([`Protocol::handle_message_owned`]); the rest were lent.
     pub frames_owned: u64,
+    /// Frames whose payload the transport received where the machine asked
+    /// ([`Protocol::place_payload`], [`Delivery::Placed`]).
+    pub frames_placed: u64,
 }
 
 /// One rank's machine `P` driven over the transport `T`: see the [module docs](self).
@@ -229,22 +234,43 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         let mut busy = false;
         let now = self.tick();
         loop {
-            match self.transport.try_recv()? {
+            let machine = &mut self.machine;
+            let mut place = |from, head: &[u8], len| machine.place_payload(now, from, head, len);
+            match self.transport.try_recv_placing(&mut place)? {
                 None => break,
-                Some(Received::Frame { from, bytes }) => {
+                Some(Delivery::Received(Received::Frame { from, bytes })) => {
                     busy = true;
                     hand_over(&mut self.machine, &mut self.stats, now, from, bytes);
                 }
-                Some(Received::Owned { from, frame }) => {
+                Some(Delivery::Received(Received::Owned { from, frame })) => {
                     busy = true;
                     self.stats.frames_owned += 1;
                     if self.machine.handle_message_owned(now, from, frame).is_err() {
                         self.stats.rejected += 1;
                     }
                 }
-                Some(Received::Oversized { .. }) => {
+                Some(Delivery::Received(Received::Oversized { .. })) => {
                     busy = true;
                     self.stats.oversized += 1;
+                }
+                Some(Delivery::Placed {
+                    from,
+                    head,
+                    payload,
+                }) => {
+                    busy = true;
+                    self.stats.frames_placed += 1;
+                    if self
+                        .machine
+                        .handle_message_placed(now, from, head, payload)
+                        .is_err()
+                    {
+                        self.stats.rejected += 1;
+                    }
+                }
+                Some(Delivery::Unplaced { slot }) => {
+                    busy = true;
+                    self.machine.placement_lost(now, slot);
                 }
             }
             // Answer as we go, so a burst of frames does not hold back replies.

@@ -31,7 +31,7 @@ pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use mem::{MemError, MemNet, MemTransport};
 pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;
-pub use transport::{Bytes, Received, Transport, Wake, DEFAULT_IDLE_YIELD_EVERY};
+pub use transport::{Bytes, Delivery, Place, Received, Transport, Wake, DEFAULT_IDLE_YIELD_EVERY};
 
 /// The loom harness every loom suite of this crate runs its models through.
 #[cfg(all(test, loom))]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 pub use bytes::Bytes;
-use ft_core::{wire, Rank};
+use ft_core::{wire, Filled, Rank, Slot};
 
 /// What one receive attempt found.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,6 +36,38 @@ pub enum Received<'a> {
         from: Rank,
         /// Its length.
         len: usize,
+    },
+}
+
+/// Where a payload that follows its head should be received: `place(from, head, len)`
+/// gives a [`Slot`] of `len` bytes, or `None` for the transport's own buffer
+/// ([`Transport::try_recv_placing`]; the driver passes the machine's
+/// [`ft_core::Protocol::place_payload`]).
+pub type Place<'p> = dyn FnMut(Rank, &[u8], usize) -> Option<Slot> + 'p;
+
+/// What one receive attempt found, payloads received in place included
+/// ([`Transport::try_recv_placing`]).
+#[derive(Debug)]
+pub enum Delivery<'a> {
+    /// A frame as [`Transport::try_recv`] gives it.
+    Received(Received<'a>),
+    /// A frame from `from` whose payload was received into the slot the caller gave
+    /// for it: its head (lent, valid until the next call) and the slot, filled
+    /// ([`ft_core::Protocol::handle_message_placed`]).
+    Placed {
+        /// The sending rank.
+        from: Rank,
+        /// The frame's bytes before its payload.
+        head: &'a [u8],
+        /// The payload, where the caller wanted it.
+        payload: Filled,
+    },
+    /// A slot the caller gave for a payload that never filled it (its sender died
+    /// during the transfer, or sent another length than its head said): it comes back
+    /// unwritten ([`ft_core::Protocol::placement_lost`]).
+    Unplaced {
+        /// The slot.
+        slot: Slot,
     },
 }
 
@@ -108,6 +140,19 @@ pub trait Transport {
     /// Receives one frame if one has arrived: lent ([`Received::Frame`], valid until
     /// the next call) or handed over ([`Received::Owned`]), as the transport chooses.
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error>;
+    /// [`Transport::try_recv`] for a transport that receives a frame's head before its
+    /// payload: it asks `place(from, head, len)` where the `len` payload bytes should go,
+    /// and a payload received into the [`Slot`] it was given comes out as
+    /// [`Delivery::Placed`] (or, never filled, the slot as [`Delivery::Unplaced`]);
+    /// otherwise as `try_recv` would give it. The driver passes the machine's
+    /// [`ft_core::Protocol::place_payload`]. Default: `try_recv`, placing nothing.
+    fn try_recv_placing(
+        &mut self,
+        place: &mut Place<'_>,
+    ) -> Result<Option<Delivery<'_>>, Self::Error> {
+        let _ = place;
+        Ok(self.try_recv()?.map(Delivery::Received))
+    }
     /// Completes finished sends (freeing their buffers).
     fn progress(&mut self) -> Result<(), Self::Error>;
     /// Sends not completed yet.

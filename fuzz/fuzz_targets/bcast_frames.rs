@@ -49,6 +49,17 @@ enum Step {
     DeliverFlipped { k: u16, at: u16, flip: u8 },
     /// Deliver in-flight frame `k` twice.
     Duplicate { k: u16 },
+    /// Deliver in-flight frame `k` as a transport that receives a head before its
+    /// payload does: cut where a data frame's chunk starts (anywhere in the frame, `cut`
+    /// from its end, if `odd_cut`), ask `place_payload`, and if the machine gives a
+    /// slot, fill it and hand the frame back with `handle_message_placed` (or, if
+    /// `lose`, give the slot back unfilled, as when the sender dies mid-transfer).
+    Place {
+        k: u16,
+        odd_cut: bool,
+        cut: u16,
+        lose: bool,
+    },
     /// Raw bytes to `to` from `from`.
     Raw { to: u8, from: u8, bytes: Vec<u8> },
     /// A well-formed header of bcast kind `kind` for `task`, then arbitrary payload.
@@ -132,6 +143,20 @@ struct Flight {
     to: Rank,
     from: Rank,
     bytes: Vec<u8>,
+}
+
+/// Where the chunk of a `BcastData` frame starts (after its output, total, offset and
+/// length fields), as a transport that sends the chunk on its own cuts the frame.
+fn chunk_start(bytes: &[u8], n: u32) -> Option<usize> {
+    let from = bytes.get(10..14).map(|b| u32::from_le_bytes(b.try_into().unwrap()))?;
+    let (h, mut r) = Header::decode(bytes, Context { comm: COMM, n }, from).ok()?;
+    if h.kind != FrameKind::BcastData {
+        return None;
+    }
+    for _ in 0..4 {
+        r.varint().ok()?;
+    }
+    Some(bytes.len() - r.remaining())
 }
 
 fn set_bytes(w: &mut ft_core::wire::Writer, items: &[u8]) {
@@ -317,9 +342,40 @@ fuzz_target!(|input: Input| {
                 };
                 vec![f, copy]
             }
-            Step::Deliver { .. } | Step::DeliverFlipped { .. } | Step::Duplicate { .. } => {
+            Step::Place {
+                k,
+                odd_cut,
+                cut,
+                lose,
+            } if !flights.is_empty() => {
+                let f = flights.remove(usize::from(k) % flights.len());
+                let at = if odd_cut {
+                    f.bytes.len() - usize::from(cut) % (f.bytes.len() + 1)
+                } else {
+                    chunk_start(&f.bytes, n).unwrap_or(f.bytes.len())
+                };
+                let (head, payload) = f.bytes.split_at(at);
+                let m = &mut machines[f.to as usize];
+                match m.place_payload(now, f.from, head, payload.len()) {
+                    Some(slot) => {
+                        assert_eq!(slot.len(), payload.len(), "a slot of the payload's length");
+                        if lose {
+                            m.placement_lost(now, slot);
+                        } else {
+                            let filled = slot.fill_from(payload).expect("same length");
+                            let _ = m.handle_message_placed(now, f.from, head, filled);
+                        }
+                    }
+                    None => {
+                        let _ = m.handle_message(now, f.from, &f.bytes);
+                    }
+                }
                 Vec::new()
             }
+            Step::Deliver { .. }
+            | Step::DeliverFlipped { .. }
+            | Step::Duplicate { .. }
+            | Step::Place { .. } => Vec::new(),
             Step::Raw { to, from, bytes } => vec![Flight {
                 to: u32::from(to) % n,
                 from: u32::from(from) % n,

@@ -207,16 +207,9 @@ impl Broadcaster {
         self.decode_frame(now, h, r, Some(frame))
     }
 
-    /// Decodes and serves one frame; a data chunk is kept from `frame` when it lies
-    /// within it, else copied.
-    pub(super) fn decode_frame(
-        &mut self,
-        _now: Instant,
-        h: &Header,
-        mut r: Reader<'_>,
-        frame: Option<&Bytes>,
-    ) -> Result<(), FrameError> {
-        let from = h.sender;
+    /// Whether a frame of `from` may be served: not a rank known dead, not this rank, and
+    /// the communicator not revoked.
+    pub(super) fn check_sender(&self, from: Rank) -> Result<(), FrameError> {
         if self.dead.contains(from) {
             return Err(FrameError::FromFailedRank(from));
         }
@@ -227,6 +220,20 @@ impl Broadcaster {
         if self.revoked {
             return Err(FrameError::Revoked);
         }
+        Ok(())
+    }
+
+    /// Decodes and serves one frame; a data chunk is kept from `frame` when it lies
+    /// within it, else copied.
+    pub(super) fn decode_frame(
+        &mut self,
+        _now: Instant,
+        h: &Header,
+        mut r: Reader<'_>,
+        frame: Option<&Bytes>,
+    ) -> Result<(), FrameError> {
+        let from = h.sender;
+        self.check_sender(from)?;
         let max = self.cfg.max_outputs;
         match h.kind {
             FrameKind::BcastActivate => {

@@ -82,7 +82,10 @@
 //! **Memory.** An announced size costs nothing by itself: an output's buffer grows with
 //! the data that actually arrives (its in-order prefix, plus chunks that overtook it),
 //! never past the announced size, so a peer can make this rank hold at most what it
-//! really sent, and at most [`Config::max_task_bytes`] per broadcast.
+//! really sent, and at most [`Config::max_task_bytes`] per broadcast. One exception,
+//! on transports that receive payloads in place: the first chunk placed for an output
+//! allocates the output's one buffer at its announced size (within the same limits),
+//! uninitialised, so the system commits its pages only as data is written into them.
 //!
 //! **Bulk data, and where it is copied.** The root's payloads are handed over once as
 //! shared buffers ([`Bytes`]). A data frame goes out through
@@ -102,16 +105,22 @@
 //! chunk is then kept, and forwarded, as a slice of the frame (its whole buffer stays
 //! alive while the chunk is held); and one when a multi-chunk output is complete and
 //! assembled into one buffer for [`Broadcaster::output`] (none for an output that came
-//! in one chunk). [`BcastStats`] counts the received bytes kept in place and copied.
+//! in one chunk). A transport that receives a head before its payload (MPI) asks
+//! where the payload goes ([`Protocol::place_payload`](ft_core::Protocol::place_payload),
+//! module `place`): a chunk of a multi-chunk output is then received straight into the
+//! output's one buffer at its offset, and the output needs no join at all.
+//! [`BcastStats`] counts the received bytes kept in place, landed, copied and joined.
 //!
 //! **Layout.** `codec`: the typed frames (activation with its flags, subtree part,
 //! request, data) and their encoding and decoding; `state`: a broadcast's state at this
 //! rank (its trees, output buffers, chunks that overtook their activation, queued
-//! requests and outgoing frames); `serve`: answering activations, requests and data,
+//! requests and outgoing frames); `place`: data chunks received into the output's
+//! buffer; `serve`: answering activations, requests and data,
 //! pushing to and forwarding to children, and the
 //! [`ft_core::Protocol`] face; `repair`: failures and revocation.
 
 mod codec;
+mod place;
 mod repair;
 mod serve;
 mod state;
@@ -211,6 +220,13 @@ pub struct BcastStats {
     /// announced) that it held already: a repair stream overlapping what the old source
     /// sent, or a whole chunk of an output already complete. Failure-free, 0.
     pub received_bytes_duplicate: u64,
+    /// Payload bytes of the data chunks the transport received straight into the
+    /// output's one buffer ([`Protocol::place_payload`](ft_core::Protocol::place_payload),
+    /// `handle_message_placed`): kept where they landed, and joined with no copy.
+    pub received_bytes_landed: u64,
+    /// Payload bytes copied to join an output that came in several chunks into one
+    /// buffer, when they had not all landed in place.
+    pub joined_bytes: u64,
 }
 
 /// What the broadcaster reports to the application.

@@ -20,7 +20,9 @@ use hashbrown::{HashMap, HashSet};
 
 use bytes::Bytes;
 use ft_core::wire::{self, Context, FrameKind, Header};
-use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts};
+use ft_core::{
+    BufferTooShort, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit, TransmitParts,
+};
 
 use super::codec::{activation_frames, put_request, Activation, Want};
 use super::state::{
@@ -450,7 +452,8 @@ impl Broadcaster {
         }
         let buffer = t.buffers.entry(output).or_default();
         let (before, kept_before) = (buffer.held(), buffer.bytes_kept());
-        let complete = buffer.add(size, offset, chunk.keep(&mut self.stats));
+        let chunk = chunk.keep(&mut self.stats);
+        let complete = buffer.add(size, offset, chunk, &mut self.stats);
         let added = buffer.bytes_kept().saturating_sub(kept_before);
         self.stats.received_bytes_duplicate += len.saturating_sub(added) as u64;
         // (An empty output's one chunk grows nothing but completes it.)
@@ -496,7 +499,7 @@ fn offset_in_place(size: u64, offset: u64) -> bool {
 
 /// Any chunking the sender chose: a non-empty chunk within an output of `size` bytes
 /// (the one chunk of an empty output is empty, at 0).
-fn check_chunk(size: u64, offset: u64, len: u64) -> Result<(), FrameError> {
+pub(super) fn check_chunk(size: u64, offset: u64, len: u64) -> Result<(), FrameError> {
     if !offset_in_place(size, offset) {
         return Err(FrameError::Malformed("data offset out of place"));
     }
@@ -516,12 +519,16 @@ impl Broadcaster {
         bytes: &[u8],
         frame: Option<&Bytes>,
     ) -> Result<(), FrameError> {
-        let ctx = Context {
+        let (header, reader) = Header::decode(bytes, self.context(), from)?;
+        self.decode_frame(now, &header, reader, frame)
+    }
+
+    /// The communicator frames are checked against.
+    fn context(&self) -> Context {
+        Context {
             comm: self.cfg.comm,
             n: self.cfg.n,
-        };
-        let (header, reader) = Header::decode(bytes, ctx, from)?;
-        self.decode_frame(now, &header, reader, frame)
+        }
     }
 }
 
@@ -540,6 +547,34 @@ impl Protocol for Broadcaster {
         frame: Bytes,
     ) -> Result<(), FrameError> {
         self.receive(now, from, &frame, Some(&frame))
+    }
+
+    /// A data chunk of an output that comes in several chunks goes straight into the
+    /// output's one buffer ([`Broadcaster::place_frame`]).
+    fn place_payload(
+        &mut self,
+        _now: Instant,
+        from: Rank,
+        head: &[u8],
+        len: usize,
+    ) -> Option<Slot> {
+        let (header, reader) = Header::decode(head, self.context(), from).ok()?;
+        self.place_frame(&header, reader, len)
+    }
+
+    fn handle_message_placed(
+        &mut self,
+        _now: Instant,
+        from: Rank,
+        head: &[u8],
+        payload: Filled,
+    ) -> Result<(), FrameError> {
+        let (header, reader) = Header::decode(head, self.context(), from)?;
+        self.handle_frame_placed(&header, reader, payload)
+    }
+
+    fn placement_lost(&mut self, _now: Instant, slot: Slot) {
+        Broadcaster::placement_lost(self, slot);
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}

@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 use bytes::{Bytes, BytesMut};
 use hashbrown::{HashMap, HashSet};
 
-use ft_core::{FrameError, Rank, RankSet};
+use ft_core::{FrameError, Landing, Rank, RankSet, Slot};
 
 use super::codec::Want;
 use super::BcastStats;
@@ -107,6 +107,16 @@ impl TreeState {
 /// bytes nobody holds yet, zero-copy: chunks from an old and a new source after a
 /// repair may be cut differently); so a buffer never holds more than its output's
 /// announced size, and only what arrived.
+///
+/// **Landing.** When the transport receives chunks in place
+/// ([`ft_core::Protocol::place_payload`]), the output gets one buffer of its announced
+/// size (`landing`, allocated at the first chunk placed; a large allocation takes
+/// physical memory only as it is written) and each placed chunk is received at its
+/// offset there; it then enters the prefix or `ahead` as any chunk, as a view of that
+/// buffer. When the prefix is all views of it, each at its own offset, assembling is
+/// free: the whole output is the landing buffer itself. Ranges are placed only past the
+/// prefix and clear of `ahead` and of every range already placed, so a chunk is never
+/// received twice into the same bytes.
 #[derive(Debug, Default)]
 pub(super) struct Buffer {
     whole: Option<Bytes>,
@@ -116,6 +126,8 @@ pub(super) struct Buffer {
     pub(super) ahead: BTreeMap<u64, Bytes>,
     /// Bytes in `ahead`.
     ahead_bytes: u64,
+    /// The output's one buffer that placed chunks are received into, once one was.
+    landing: Option<Landing>,
 }
 
 impl Buffer {
@@ -127,6 +139,7 @@ impl Buffer {
             prefix: Vec::new(),
             ahead: BTreeMap::new(),
             ahead_bytes: 0,
+            landing: None,
         }
     }
 
@@ -169,10 +182,45 @@ impl Buffer {
         Some(chunk.slice(from..to))
     }
 
+    /// Room in the output's landing buffer (made at `size` bytes if need be) for the
+    /// `len` bytes at `offset` of the output (the caller checked they lie within it),
+    /// if none of them is held, ahead or placed already.
+    pub(super) fn claim(&mut self, size: u64, offset: u64, len: usize) -> Option<Slot> {
+        let end = offset.checked_add(len as u64)?;
+        if self.whole.is_some() || offset < self.held {
+            return None;
+        }
+        let before = self.ahead.range(..end).next_back();
+        if before.is_some_and(|(&o, c)| o + c.len() as u64 > offset) {
+            return None;
+        }
+        let size = usize::try_from(size).ok()?;
+        let landing = self.landing.get_or_insert_with(|| Landing::new(size));
+        landing.claim(usize::try_from(offset).ok()?, len)
+    }
+
+    /// Takes back a slot that was not filled, if it is of this output's landing buffer.
+    pub(super) fn unclaim(&mut self, slot: Slot) -> Result<(), Slot> {
+        match &mut self.landing {
+            Some(landing) if landing.holds(&slot) => {
+                landing.unclaim(slot);
+                Ok(())
+            }
+            _ => Err(slot),
+        }
+    }
+
     /// Adds the chunk at `offset` of an output of `size` bytes (the caller checked
     /// `offset + chunk.len() <= size`); true once the output is complete. Bytes already
-    /// held (from an old and a new source) are ignored.
-    pub(super) fn add(&mut self, size: u64, offset: u64, chunk: Bytes) -> bool {
+    /// held (from an old and a new source) are ignored. `stats` counts the bytes a
+    /// join copies.
+    pub(super) fn add(
+        &mut self,
+        size: u64,
+        offset: u64,
+        chunk: Bytes,
+        stats: &mut BcastStats,
+    ) -> bool {
         if self.whole.is_some() {
             return true;
         }
@@ -187,7 +235,7 @@ impl Buffer {
             self.insert_ahead(offset, chunk);
         }
         if self.held == size {
-            self.assemble(size);
+            stats.joined_bytes += self.assemble(size);
             return true;
         }
         false
@@ -246,23 +294,29 @@ impl Buffer {
     }
 
     /// Joins the prefix into one buffer: the output's one copy on the receiving side
-    /// after the transport's (none if it came in one chunk).
-    fn assemble(&mut self, size: u64) {
-        let whole = match self.prefix.as_slice() {
-            [] => Bytes::new(),
-            [(_, only)] => only.clone(),
-            chunks => {
+    /// after the transport's (none if it came in one chunk, or landed in place, see
+    /// `landing`). Returns the bytes copied.
+    fn assemble(&mut self, size: u64) -> u64 {
+        let pieces = self.prefix.iter().map(|(start, chunk)| (*start, chunk));
+        let landed = self.landing.as_ref().and_then(|l| l.join(pieces));
+        let (whole, copied) = match (landed, self.prefix.as_slice()) {
+            (Some(whole), _) => (whole, 0),
+            (None, []) => (Bytes::new(), 0),
+            (None, [(_, only)]) => (only.clone(), 0),
+            (None, chunks) => {
                 let mut all = BytesMut::with_capacity(size as usize);
                 for (_, chunk) in chunks {
                     all.extend_from_slice(chunk);
                 }
-                all.freeze()
+                (all.freeze(), size)
             }
         };
         self.prefix = Vec::new();
         self.ahead.clear();
         self.ahead_bytes = 0;
+        self.landing = None;
         self.whole = Some(whole);
+        copied
     }
 }
 
@@ -316,6 +370,8 @@ pub(super) enum Chunk<'a> {
     InFrame(Bytes),
     /// Kept here already (a chunk that overtook its activation), and counted then.
     Held(Bytes),
+    /// Received straight into the output's landing buffer: a view of it.
+    Landed(Bytes),
 }
 
 impl<'a> Chunk<'a> {
@@ -340,7 +396,7 @@ impl<'a> Chunk<'a> {
     pub(super) fn len(&self) -> usize {
         match self {
             Chunk::Borrowed(bytes) => bytes.len(),
-            Chunk::InFrame(bytes) | Chunk::Held(bytes) => bytes.len(),
+            Chunk::InFrame(bytes) | Chunk::Held(bytes) | Chunk::Landed(bytes) => bytes.len(),
         }
     }
 
@@ -354,6 +410,10 @@ impl<'a> Chunk<'a> {
             }
             Chunk::InFrame(bytes) => {
                 stats.received_bytes_in_place += bytes.len() as u64;
+                bytes
+            }
+            Chunk::Landed(bytes) => {
+                stats.received_bytes_landed += bytes.len() as u64;
                 bytes
             }
             Chunk::Held(bytes) => bytes,

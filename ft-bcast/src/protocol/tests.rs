@@ -1523,3 +1523,146 @@ fn a_request_with_an_offset_streams_the_rest_and_merges_into_a_stream_under_way(
         assert_eq!((to_1, first), (want, Some(from)), "push {push}");
     }
 }
+
+/// The head of a data frame of task 5 from `from` (everything before the chunk's
+/// bytes: output, total, offset and the chunk's length), as a transport that receives
+/// the payload on its own sees it.
+fn data_head(from: Rank, output: u32, total: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut w = task5(FrameKind::BcastData, from);
+    w.put_varint(output.into())
+        .put_varint(total)
+        .put_varint(offset)
+        .put_varint(len as u64);
+    w.finish()
+}
+
+#[test]
+fn chunks_received_in_place_land_in_the_outputs_one_buffer_and_join_free() {
+    let size = 3000u64;
+    let data = payload(0, size);
+    let now = Instant::ZERO;
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    let head = |offset: u64, len: usize| data_head(0, 0, size, offset, len);
+    // Nothing is placed before the activation announces the output, nor for a frame
+    // that is not data, nor from this rank itself.
+    assert!(m.place_payload(now, 0, &head(0, 1000), 1000).is_none());
+    m.handle_message(now, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    assert!(m.place_payload(now, 0, &request_frame(0), 1000).is_none());
+    assert!(m
+        .place_payload(now, 1, &data_head(1, 0, size, 0, 1000), 1000)
+        .is_none());
+    // The announced length must be the head's, the size the announced one, and the
+    // chunk within it.
+    assert!(m.place_payload(now, 0, &head(0, 1000), 999).is_none());
+    assert!(m
+        .place_payload(now, 0, &data_head(0, 0, size + 1, 0, 1000), 1000)
+        .is_none());
+    assert!(m.place_payload(now, 0, &head(2500, 1000), 1000).is_none());
+    // A one-chunk output stays in the transport's buffer (kept as its frame, no copy).
+    assert!(m.place_payload(now, 0, &head(0, 3000), 3000).is_none());
+
+    // Three chunks placed, out of order; a second placement over placed bytes is
+    // refused (the transport then keeps that payload itself, and it is trimmed).
+    let last = m
+        .place_payload(now, 0, &head(2000, 1000), 1000)
+        .expect("placed");
+    let first = m
+        .place_payload(now, 0, &head(0, 1000), 1000)
+        .expect("placed");
+    assert!(m.place_payload(now, 0, &head(500, 1000), 1000).is_none());
+    // The middle one's sender dies mid-transfer: its slot comes back, and the range can
+    // be placed again (from the new source).
+    let lost = m
+        .place_payload(now, 0, &head(1000, 1000), 1000)
+        .expect("placed");
+    assert!(m.place_payload(now, 0, &head(1000, 1000), 1000).is_none());
+    m.placement_lost(lost);
+    let middle = m
+        .place_payload(now, 0, &head(1000, 1000), 1000)
+        .expect("again");
+
+    let fill = |slot: ft_core::Slot, at: usize| slot.fill_from(&data[at..at + 1000]).unwrap();
+    m.handle_message_placed(now, 0, &head(2000, 1000), fill(last, 2000))
+        .unwrap();
+    m.handle_message_placed(now, 0, &head(0, 1000), fill(first, 0))
+        .unwrap();
+    assert_eq!(m.output(5, 0), None);
+    // A placed payload of another length than its head's is refused.
+    let short = Broadcaster::new(Config::new(9, 3, 1))
+        .handle_message_placed(now, 0, &head(1000, 999), fill(middle, 1000))
+        .unwrap_err();
+    assert_eq!(
+        short,
+        FrameError::Malformed("placed payload differs from its announced length")
+    );
+    let middle = m.place_payload(now, 0, &head(1000, 1000), 1000);
+    assert!(
+        middle.is_none(),
+        "still claimed: the refused fill was of another machine"
+    );
+}
+
+#[test]
+fn landed_chunks_join_without_a_copy_and_mixed_ones_with_one() {
+    let size = 3000u64;
+    let data = payload(0, size);
+    let now = Instant::ZERO;
+    let head = |offset: u64| data_head(0, 0, size, offset, 1000);
+    // Every chunk landed: the output is the landing buffer itself.
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(now, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    let slots: Vec<_> = [2000u64, 0, 1000]
+        .iter()
+        .map(|&at| (at, m.place_payload(now, 0, &head(at), 1000).unwrap()))
+        .collect();
+    let mut first = None;
+    for (at, slot) in slots {
+        let filled = slot
+            .fill_from(&data[at as usize..at as usize + 1000])
+            .unwrap();
+        m.handle_message_placed(now, 0, &head(at), filled).unwrap();
+        if at == 0 {
+            first = m.tasks[&5].buffers[&0].piece(0, 1000);
+        }
+    }
+    let whole = m.output_bytes(5, 0).expect("complete");
+    assert_eq!(&whole[..], &data[..]);
+    assert_eq!(
+        whole.as_ptr(),
+        first.unwrap().as_ptr(),
+        "the landing buffer itself"
+    );
+    let stats = m.stats();
+    assert_eq!((stats.received_bytes_landed, stats.joined_bytes), (3000, 0));
+
+    // One chunk came in a frame (a repair from a transport that does not place): the
+    // output is joined by a copy, counted, and still byte-exact.
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.handle_message(now, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    for at in [0u64, 2000] {
+        let slot = m.place_payload(now, 0, &head(at), 1000).unwrap();
+        let filled = slot
+            .fill_from(&data[at as usize..at as usize + 1000])
+            .unwrap();
+        m.handle_message_placed(now, 0, &head(at), filled).unwrap();
+    }
+    let mut w = task5(FrameKind::BcastData, 0);
+    w.put_varint(0)
+        .put_varint(size)
+        .put_varint(1000)
+        .put_bytes(&data[1000..2000]);
+    m.handle_message(now, 0, &w.finish()).unwrap();
+    assert_eq!(m.output(5, 0), Some(&data[..]));
+    let stats = m.stats();
+    assert_eq!(
+        (
+            stats.received_bytes_landed,
+            stats.received_bytes_copied,
+            stats.joined_bytes
+        ),
+        (2000, 1000, 3000)
+    );
+}

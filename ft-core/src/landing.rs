@@ -1,0 +1,426 @@
+//! [`Landing`]: memory a machine lends a transport to receive bulk data into, so that
+//! the bytes land where the machine keeps them (a broadcast output's one buffer) instead
+//! of in a transport buffer that is copied again later.
+//!
+//! The machine owns a [`Landing`] (one buffer of `len` bytes, allocated uninitialised: a
+//! large allocation costs physical memory only as its pages are written) and claims
+//! disjoint ranges of it as [`Slot`]s ([`Landing::claim`]). A transport writes a slot's
+//! bytes through [`Slot::as_mut_ptr`] (an `MPI_Irecv` into it, say) and, once it has
+//! written every one of them, turns it into [`Filled`] (`unsafe`: the transport vouches
+//! for the write). [`Filled::into_bytes`] is then an ordinary shared [`Bytes`] over
+//! exactly that range. A slot that was never filled (its sender died mid-transfer) goes
+//! back with [`Landing::unclaim`], and its range can be claimed again.
+//! [`Landing::join`] turns views that cover the whole buffer, in order, into one
+//! [`Bytes`] of it without copying.
+//!
+//! Invariants, which make every read sound:
+//!
+//! - a byte belongs to at most one claimed range; a range stays claimed until its slot
+//!   comes back unfilled through [`Landing::unclaim`] (so a filled range is never
+//!   claimed, and never written, again);
+//! - the only shared views of the memory are [`Bytes`] made from [`Filled`] slots (and
+//!   their slices), so every byte anyone can read was written, and nothing writes it
+//!   any more;
+//! - [`Landing::join`] hands out the whole buffer only when it is given views that lie
+//!   each at its own place in this buffer and together cover it from 0 to its end, so
+//!   every byte was filled;
+//! - the memory lives as long as the landing, any slot or any view of it (each holds an
+//!   [`Arc`] of it), so a transport may keep writing into a slot whose machine dropped
+//!   the landing (a forgotten broadcast), and a transport that gives up a slot without
+//!   filling it (it leaks it) leaves the range claimed: never read, never written twice.
+//!
+//! This is the one module of the crate with `unsafe` code: the allocation, the raw
+//! pointer a transport writes through, and the slices over filled ranges.
+#![allow(unsafe_code)]
+
+use alloc::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ptr::NonNull;
+
+use bytes::Bytes;
+
+/// The allocation behind a landing: `len` bytes at `ptr` (dangling when `len` is 0).
+struct Memory {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: `Memory` is a plain heap allocation. Threads reach its bytes only through a
+// `Slot` (one writer per claimed range, claimed ranges disjoint) or a view of filled
+// ranges (read-only, never written again): no byte is ever written by one thread while
+// another reads or writes it.
+unsafe impl Send for Memory {}
+// SAFETY: as for `Send`: shared access only reads filled ranges.
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    fn new(len: usize) -> Self {
+        if len == 0 {
+            return Memory {
+                ptr: NonNull::dangling(),
+                len,
+            };
+        }
+        let layout = Layout::array::<u8>(len).unwrap_or_else(|_| {
+            handle_alloc_error(
+                // Larger than `isize::MAX`: report it as the allocation it is.
+                Layout::new::<u8>(),
+            )
+        });
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { alloc(layout) };
+        match NonNull::new(ptr) {
+            Some(ptr) => Memory { ptr, len },
+            None => handle_alloc_error(layout),
+        }
+    }
+
+    /// The address of byte `at` (no more than `len`).
+    fn at(&self, at: usize) -> *mut u8 {
+        debug_assert!(at <= self.len);
+        // SAFETY: `at <= len`: within the allocation or one past its end.
+        unsafe { self.ptr.as_ptr().add(at) }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `Memory::new` with this very layout.
+            unsafe { dealloc(self.ptr.as_ptr(), Layout::array::<u8>(self.len).unwrap()) };
+        }
+    }
+}
+
+/// One buffer that transports receive bulk data into, range by range: see the
+/// [module docs](self).
+pub struct Landing {
+    memory: Arc<Memory>,
+    /// Claimed ranges `(start, end)`, disjoint, sorted by start.
+    claimed: Vec<(usize, usize)>,
+}
+
+impl fmt::Debug for Landing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Landing")
+            .field("len", &self.memory.len)
+            .field("claimed", &self.claimed)
+            .finish()
+    }
+}
+
+impl Landing {
+    /// A buffer of `len` bytes, nothing claimed.
+    pub fn new(len: usize) -> Self {
+        Landing {
+            memory: Arc::new(Memory::new(len)),
+            claimed: Vec::new(),
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.memory.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.memory.len == 0
+    }
+
+    /// The `len` bytes from `start` to receive into, if they lie within the buffer, are
+    /// not empty, and overlap no claimed range (one being received into, or filled).
+    pub fn claim(&mut self, start: usize, len: usize) -> Option<Slot> {
+        let end = start.checked_add(len)?;
+        if len == 0 || end > self.memory.len {
+            return None;
+        }
+        // The first claimed range that ends after `start` must begin at or after `end`.
+        let k = self.claimed.partition_point(|&(_, e)| e <= start);
+        if self.claimed.get(k).is_some_and(|&(s, _)| s < end) {
+            return None;
+        }
+        self.claimed.insert(k, (start, end));
+        Some(Slot {
+            memory: Arc::clone(&self.memory),
+            start,
+            len,
+        })
+    }
+
+    /// Takes back a slot of this buffer that was not filled: its range may be claimed
+    /// again. False (and the slot dropped, its range still claimed) if it is another
+    /// buffer's.
+    pub fn unclaim(&mut self, slot: Slot) -> bool {
+        if !Arc::ptr_eq(&slot.memory, &self.memory) {
+            return false;
+        }
+        let range = (slot.start, slot.start + slot.len);
+        match self.claimed.binary_search(&range) {
+            Ok(k) => {
+                self.claimed.remove(k);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `slot` was claimed from this buffer.
+    pub fn holds(&self, slot: &Slot) -> bool {
+        Arc::ptr_eq(&slot.memory, &self.memory)
+    }
+
+    /// Whether `bytes` lies at offset `start` of this buffer (so it is a view of a
+    /// filled range of it).
+    pub fn is_at(&self, start: usize, bytes: &[u8]) -> bool {
+        start <= self.memory.len
+            && core::ptr::eq(bytes.as_ptr(), self.memory.at(start).cast_const())
+            && bytes.len() <= self.memory.len - start
+    }
+
+    /// The whole buffer as one shared [`Bytes`], without a copy, if `pieces` (offset and
+    /// bytes, in order) lie each at its own offset in this buffer and together cover it
+    /// from 0 to its end; else `None`. Views of this buffer are only ever made of filled
+    /// ranges, so such pieces prove every byte was written.
+    pub fn join<'a>(&self, pieces: impl IntoIterator<Item = (u64, &'a Bytes)>) -> Option<Bytes> {
+        let mut covered = 0usize;
+        for (start, piece) in pieces {
+            let start = usize::try_from(start).ok()?;
+            if start != covered || piece.is_empty() || !self.is_at(start, piece) {
+                return None;
+            }
+            covered += piece.len();
+        }
+        if covered != self.memory.len {
+            return None;
+        }
+        Some(view(&self.memory, 0, covered))
+    }
+}
+
+/// A claimed range of a [`Landing`], for a transport to write: see the
+/// [module docs](self).
+pub struct Slot {
+    memory: Arc<Memory>,
+    start: usize,
+    len: usize,
+}
+
+impl fmt::Debug for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Slot")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Slot {
+    /// Its length in bytes (never 0).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a slot is never empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the transport writes the slot's `len()` bytes. Nobody else reads or writes
+    /// them until the slot is filled ([`Slot::filled`]) or comes back
+    /// ([`Landing::unclaim`]); the memory stays allocated while the slot lives.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.memory.at(self.start)
+    }
+
+    /// The slot written with a copy of `src`, which must be exactly as long (else the
+    /// slot comes back untouched): for a transport that has the payload in its own
+    /// memory already (a simulator's delivery, a test).
+    pub fn fill_from(mut self, src: &[u8]) -> Result<Filled, Slot> {
+        if src.len() != self.len {
+            return Err(self);
+        }
+        // SAFETY: the slot's `len` bytes are its own to write (claimed ranges are
+        // disjoint, module invariants), `src` is as long and cannot overlap them (no
+        // shared view of an unfilled range exists); after the copy every byte is
+        // written.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.as_mut_ptr(), self.len);
+            Ok(self.filled())
+        }
+    }
+
+    /// The slot, written.
+    ///
+    /// # Safety
+    /// Every one of its `len()` bytes at [`Slot::as_mut_ptr`] was written, and no write
+    /// to them is still in progress (the receive into it completed).
+    pub unsafe fn filled(self) -> Filled {
+        Filled { slot: self }
+    }
+}
+
+/// A written [`Slot`]: its bytes may be read.
+pub struct Filled {
+    slot: Slot,
+}
+
+impl fmt::Debug for Filled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Filled").field(&self.slot).finish()
+    }
+}
+
+impl Filled {
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.slot.len
+    }
+
+    /// Always false: a slot is never empty.
+    pub fn is_empty(&self) -> bool {
+        self.slot.len == 0
+    }
+
+    /// Its bytes, shared (the buffer stays alive while any view of it does).
+    pub fn into_bytes(self) -> Bytes {
+        let Slot { memory, start, len } = self.slot;
+        view(&memory, start, len)
+    }
+}
+
+/// The filled range `start..start + len` of `memory` as [`Bytes`].
+fn view(memory: &Arc<Memory>, start: usize, len: usize) -> Bytes {
+    Bytes::from_owner(View {
+        memory: Arc::clone(memory),
+        start,
+        len,
+    })
+}
+
+/// A filled range, owned by the [`Bytes`] that shows it.
+struct View {
+    memory: Arc<Memory>,
+    start: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for View {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: a view is only made of a filled range (`Filled`, or `Landing::join`
+        // over views that cover the buffer), inside the allocation, which this view keeps
+        // alive; filled bytes are never written again (module invariants).
+        unsafe { core::slice::from_raw_parts(self.memory.at(self.start), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    /// Writes `byte` into every byte of `slot`, as a transport's receive would.
+    fn fill(mut slot: Slot, byte: u8) -> Bytes {
+        let len = slot.len();
+        // SAFETY: the slot's `len` bytes are ours to write; then all are written.
+        unsafe {
+            core::ptr::write_bytes(slot.as_mut_ptr(), byte, len);
+            slot.filled().into_bytes()
+        }
+    }
+
+    #[test]
+    fn claims_are_disjoint_and_within_the_buffer() {
+        let mut l = Landing::new(100);
+        let a = l.claim(10, 20).expect("free");
+        assert!(l.claim(0, 11).is_none(), "overlaps the start");
+        assert!(l.claim(29, 5).is_none(), "overlaps the end");
+        assert!(l.claim(15, 2).is_none(), "inside");
+        assert!(l.claim(0, 100).is_none(), "around");
+        assert!(l.claim(90, 11).is_none(), "past the end");
+        assert!(l.claim(5, 0).is_none(), "empty");
+        assert!(l.claim(usize::MAX, 2).is_none(), "overflow");
+        let b = l.claim(0, 10).expect("just before");
+        let c = l.claim(30, 70).expect("just after");
+        assert!(l.holds(&a) && l.holds(&b) && l.holds(&c));
+        assert!(l.claim(0, 1).is_none());
+        // An unfilled slot comes back, and its range is free again.
+        assert!(l.unclaim(a));
+        assert!(l.claim(12, 3).is_some());
+        drop((b, c));
+    }
+
+    #[test]
+    fn a_slot_of_another_buffer_is_refused() {
+        let mut l = Landing::new(10);
+        let mut other = Landing::new(10);
+        let s = other.claim(0, 10).unwrap();
+        assert!(!l.holds(&s));
+        assert!(!l.unclaim(s));
+        assert!(other.claim(0, 1).is_none(), "still claimed there");
+    }
+
+    #[test]
+    fn filled_pieces_in_order_join_without_a_copy() {
+        let mut l = Landing::new(96);
+        let a = fill(l.claim(0, 32).unwrap(), 1);
+        let c = fill(l.claim(64, 32).unwrap(), 3);
+        let b = fill(l.claim(32, 32).unwrap(), 2);
+        // A gap, a piece out of place and a foreign buffer are all refused.
+        assert!(l.join([(0, &a), (64, &c)]).is_none());
+        assert!(l.join([(0, &a), (32, &c), (64, &c)]).is_none());
+        let foreign = Bytes::from(vec![2u8; 32]);
+        assert!(l.join([(0, &a), (32, &foreign), (64, &c)]).is_none());
+        assert!(l.join([(0, &a), (32, &b)]).is_none(), "short of the end");
+        let whole = l.join([(0, &a), (32, &b), (64, &c)]).expect("covers it");
+        assert_eq!(whole.as_ptr(), a.as_ptr(), "the same memory, not a copy");
+        let mut want = vec![1u8; 32];
+        want.extend([2u8; 32]);
+        want.extend([3u8; 32]);
+        assert_eq!(&whole[..], &want[..]);
+        // Slices of the views join too (a chunk trimmed on arrival).
+        let (b1, b2) = (b.slice(..10), b.slice(10..));
+        assert!(l.join([(0, &a), (32, &b1), (42, &b2), (64, &c)]).is_some());
+    }
+
+    #[test]
+    fn the_memory_outlives_the_landing_while_a_slot_or_view_lives() {
+        let mut l = Landing::new(64);
+        let slot = l.claim(0, 32).unwrap();
+        let view = fill(l.claim(32, 32).unwrap(), 7);
+        drop(l);
+        // The transport finishes its receive after the machine dropped the buffer.
+        let early = fill(slot, 9);
+        assert_eq!(&early[..], &[9u8; 32][..]);
+        assert_eq!(&view[..], &[7u8; 32][..]);
+    }
+
+    #[test]
+    fn views_cross_threads() {
+        let mut l = Landing::new(1 << 16);
+        let slot = l.claim(0, 1 << 16).unwrap();
+        // A receive completing on another thread, read back here.
+        let bytes = std::thread::spawn(move || fill(slot, 5)).join().unwrap();
+        assert!(bytes.iter().all(|&b| b == 5));
+        assert_eq!(l.join([(0, &bytes)]).unwrap().len(), 1 << 16);
+    }
+
+    #[test]
+    fn fill_from_copies_a_payload_of_the_slots_length() {
+        let mut l = Landing::new(8);
+        let slot = l.claim(2, 4).unwrap();
+        let slot = slot.fill_from(&[1, 2, 3]).expect_err("too short");
+        let filled = slot.fill_from(&[4, 5, 6, 7]).expect("fits");
+        assert_eq!(&filled.into_bytes()[..], &[4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn an_empty_landing_joins_to_nothing() {
+        let mut l = Landing::new(0);
+        assert!(l.is_empty());
+        assert!(l.claim(0, 0).is_none());
+        assert_eq!(l.join([]).unwrap().len(), 0);
+    }
+}
