@@ -432,7 +432,7 @@ impl Protocol for RankStack {
 
     fn placement_lost(&mut self, _now: Instant, slot: Slot) {
         if let Some(bcast) = self.bcast.as_mut() {
-            bcast.placement_lost(slot);
+            bcast.slot_lost(slot);
         }
     }
 

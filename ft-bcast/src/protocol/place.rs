@@ -11,7 +11,7 @@
 //! transport receives it into its own buffer and hands the frame over as before. A
 //! placed chunk comes back ([`Broadcaster::handle_frame_placed`]) with every check a
 //! data frame gets; a slot that was not filled comes back
-//! ([`Broadcaster::placement_lost`]) and its bytes may be placed again.
+//! ([`Broadcaster::slot_lost`]) and its bytes may be placed again.
 
 use ft_core::wire::{FrameKind, Header, Reader};
 use ft_core::{Filled, FrameError, Slot};
@@ -90,7 +90,7 @@ impl Broadcaster {
 
     /// A slot [`Broadcaster::place_frame`] gave came back unfilled: its bytes may be
     /// placed again (a broadcast forgotten since keeps nothing of it).
-    pub fn placement_lost(&mut self, slot: Slot) {
+    pub fn slot_lost(&mut self, slot: Slot) {
         let mut slot = Some(slot);
         for t in self.tasks.values_mut() {
             for buffer in t.buffers.values_mut() {

@@ -574,7 +574,7 @@ impl Protocol for Broadcaster {
     }
 
     fn placement_lost(&mut self, _now: Instant, slot: Slot) {
-        Broadcaster::placement_lost(self, slot);
+        self.slot_lost(slot);
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}

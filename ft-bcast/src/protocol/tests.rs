@@ -1577,7 +1577,7 @@ fn chunks_received_in_place_land_in_the_outputs_one_buffer_and_join_free() {
         .place_payload(now, 0, &head(1000, 1000), 1000)
         .expect("placed");
     assert!(m.place_payload(now, 0, &head(1000, 1000), 1000).is_none());
-    m.placement_lost(lost);
+    m.slot_lost(lost);
     let middle = m
         .place_payload(now, 0, &head(1000, 1000), 1000)
         .expect("again");
