@@ -8,6 +8,11 @@
 //!   long-lived broadcaster (tiny payloads) and every activation frame encoded into the
 //!   caller's buffer (`poll_transmit`), then `forget`.
 //!
+//! - `relay/DxM`: the same task at the root's child with the largest subtree: every
+//!   frame the root sent it (activation, subtree parts, the pushed data) handed over
+//!   (`handle_message`), and every frame it then sends its own children encoded
+//!   (`poll_transmit`), then `forget`: what one hop costs a relay.
+//!
 //! Destination `i` (spread over the communicator) needs output `j` when
 //! `(7i + 3j) mod 4 ≠ 0`, so the outputs' destination sets differ and form several
 //! classes, as tasks whose consumers read different outputs do (`shape/mod.rs`, shared
@@ -57,9 +62,58 @@ fn benches(c: &mut Criterion) {
                 bytes
             })
         });
+        // The frames the root sends its busiest child, recorded once.
+        let plan = Plan::build(shape::spec(N, &lists, 64)).unwrap();
+        let mut root = Broadcaster::new(Config::new(0, N, 0));
+        root.start_broadcast(Instant::ZERO, 1, &plan, payloads.clone())
+            .unwrap();
+        let mut sent: Vec<(u32, Vec<u8>)> = Vec::new();
+        while let Some(t) = root.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
+            sent.push((t.to, buf[..t.len].to_vec()));
+        }
+        let busiest = sent
+            .iter()
+            .map(|(to, _)| *to)
+            .max_by_key(|&to| {
+                sent.iter()
+                    .filter(|(t, _)| *t == to)
+                    .map(|(_, f)| f.len())
+                    .sum::<usize>()
+            })
+            .unwrap();
+        let mut frames: Vec<Vec<u8>> = sent
+            .into_iter()
+            .filter(|(to, _)| *to == busiest)
+            .map(|(_, f)| f)
+            .collect();
+        let mut relay = Broadcaster::new(Config::new(0, N, busiest));
+        let mut task = 1u32;
+        g.bench_function(BenchmarkId::new("relay", &id), |b| {
+            b.iter(|| {
+                // A new task each time (a forgotten one's late frames are dropped).
+                task = task.wrapping_add(1);
+                for f in &mut frames {
+                    f[EPOCH_AT..EPOCH_AT + 4].copy_from_slice(&task.to_le_bytes());
+                    relay.handle_message(Instant::ZERO, 0, f).unwrap();
+                }
+                let mut bytes = 0;
+                while let Some(t) = relay
+                    .poll_transmit(Instant::ZERO, &mut buf)
+                    .expect("frame_capacity fits")
+                {
+                    bytes += t.len;
+                }
+                relay.forget(task);
+                bytes
+            })
+        });
     }
     g.finish();
 }
+
+/// Where a frame header keeps its epoch (the broadcast's task id): after the version,
+/// the kind and the communicator.
+const EPOCH_AT: usize = 6;
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();

@@ -21,7 +21,7 @@
 //! broadcast's state.
 
 use alloc::vec::Vec;
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashMap;
 
 use bytes::Bytes;
 use ft_core::wire::{self, FrameKind, Header, Reader, Writer};
@@ -308,27 +308,25 @@ impl Broadcaster {
 /// The activation of the child at `tree.entries[at]`, split into frames of at most
 /// `cap` bytes: a `BcastActivate` (saying [`DATA_FOLLOWS`] if `data_follows`) and as
 /// many `BcastSubtree` as the subtree needs.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn activation_frames(
     head: Header,
     tree_id: u32,
     tree: &TreeState,
     at: usize,
+    owners: &[u32],
     sizes: &HashMap<u32, u64>,
     cap: usize,
     data_follows: bool,
 ) -> Vec<Vec<u8>> {
     let e = &tree.entries[at];
-    let child = e.child;
-    // The child's descendants, parent-first.
-    let mut inside: HashSet<Rank> = HashSet::new();
-    inside.insert(child);
-    let mut subtree: Vec<&Entry> = Vec::new();
-    for d in &tree.entries[at + 1..] {
-        if inside.contains(&d.parent) {
-            inside.insert(d.child);
-            subtree.push(d);
-        }
-    }
+    // The child's descendants, parent-first (`owners`: `TreeState::owners`).
+    let subtree: Vec<&Entry> = tree.entries[at + 1..]
+        .iter()
+        .zip(&owners[at + 1..])
+        .filter(|&(_, &owner)| owner == at as u32)
+        .map(|(d, _)| d)
+        .collect();
     let mut ancestors: Vec<Rank> = Vec::with_capacity(MAX_ANCESTORS + 1);
     if tree.ancestors.len() + 1 > MAX_ANCESTORS {
         ancestors.push(tree.ancestors[0]);

@@ -108,6 +108,9 @@ impl Broadcaster {
             if !tree.complete_subtree() {
                 continue;
             }
+            // Whose subtree each entry lies in, once per tree and only if a child is
+            // still to activate.
+            let mut owners: Option<Vec<u32>> = None;
             for d in 0..tree.direct.len() {
                 let i = tree.direct[d];
                 let e = &tree.entries[i];
@@ -124,6 +127,7 @@ impl Broadcaster {
                 if push {
                     pushes.push((child, e.fetch.clone()));
                 }
+                let owners = owners.get_or_insert_with(|| tree.owners());
                 let frames = activation_frames(
                     Header {
                         kind: FrameKind::BcastActivate,
@@ -134,6 +138,7 @@ impl Broadcaster {
                     tree_id,
                     tree,
                     i,
+                    owners,
                     &t.sizes,
                     cap,
                     push,

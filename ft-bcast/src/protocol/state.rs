@@ -69,6 +69,27 @@ impl TreeState {
         }
     }
 
+    /// For each entry (by position), the position of the entry of `direct` whose subtree
+    /// it lies in (itself for an entry of `direct`), or `u32::MAX` for none (a dead
+    /// entry between this rank and its direct descendants). One pass, parent-first: an
+    /// entry's parent comes before it.
+    pub(super) fn owners(&self) -> Vec<u32> {
+        let mut owner = alloc::vec![u32::MAX; self.entries.len()];
+        for &k in &self.direct {
+            owner[k] = k as u32;
+        }
+        for (k, e) in self.entries.iter().enumerate() {
+            if owner[k] == u32::MAX {
+                if let Some(&p) = self.index.get(&e.parent) {
+                    if p < k {
+                        owner[k] = owner[p];
+                    }
+                }
+            }
+        }
+        owner
+    }
+
     /// Recomputes `direct`: live descendants whose chain of parents up to this rank
     /// passes only through dead ranks (re-attachment after failures).
     pub(super) fn recompute_direct(&mut self, me: Rank, dead: &RankSet) {
