@@ -50,6 +50,7 @@ impl JobTransport for OfiTransport {
             ("rma_bytes_read", s.rma_bytes_read),
             ("rma_fallbacks", s.rma_fallbacks),
             ("rma_lost_reads", s.rma_lost_reads),
+            ("rma_bytes_placed", s.rma_bytes_placed),
         ]
     }
     fn saw_failure(&self) -> bool {

@@ -46,8 +46,13 @@
 //!   (`FI_REMOTE_READ`; one registration per payload slice, shared by every transfer of
 //!   the same bytes, as a relay forwards one chunk to each child) and the receiver gets
 //!   an offer (the head, address, length, key, transfer id) as a control message; it
-//!   reads the payload with `fi_read` into a buffer behind the head, delivers the frame
-//!   the sender meant, and answers done, whereupon the sender drops its `Bytes` clone
+//!   reads the payload with `fi_read` into a buffer behind the head, or, through
+//!   [`OfiTransport::try_recv_placing`] (what the driver calls), into the memory the
+//!   caller gives for it (the machine's [`ft_core::Protocol::place_payload`]: a chunk of
+//!   a multi-chunk broadcast output lands at its offset in the output's one buffer,
+//!   [`OfiStats::rma_bytes_placed`]); an offer's read starts once every frame received
+//!   before it was handed on, so the activation that announces an output is seen first.
+//!   It delivers the frame the sender meant, and answers done, whereupon the sender drops its `Bytes` clone
 //!   and closes the registration once no transfer uses it. The endpoint asks for
 //!   `FI_RMA` and copes with `FI_MR_VIRT_ADDR`, `FI_MR_PROV_KEY`, `FI_MR_ALLOCATED` and
 //!   `FI_MR_ENDPOINT`; a provider without `FI_RMA` is opened for messages only and
@@ -99,8 +104,8 @@ use std::ptr;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use ft_core::{wire, Rank};
-use ft_runtime::{Bytes, Received, Transport, Wake};
+use ft_core::{wire, Filled, Rank, Slot};
+use ft_runtime::{Bytes, Delivery, Place, Received, Transport, Wake};
 
 use crate::rma::{self, Control, ControlError, Offer, CONTROL_FLAG};
 use crate::sys;
@@ -356,6 +361,9 @@ pub struct OfiStats {
     pub rma_fallbacks: u64,
     /// RMA reads that failed (the sender died, or its offer was bad): lost frames.
     pub rma_lost_reads: u64,
+    /// Payload bytes RMA reads wrote straight into memory the caller gave
+    /// ([`OfiTransport::try_recv_placing`]: a broadcast output's buffer).
+    pub rma_bytes_placed: u64,
     /// Transfers released without a done message, their receiver taken for dead.
     pub rma_released_unread: u64,
     /// Transfers no longer counted as pending after [`OfiConfig::stall_timeout`]
@@ -422,6 +430,15 @@ enum Arrival {
     },
     /// A truncated message (its buffer is already posted again).
     Oversized { from: Rank, len: usize },
+    /// A frame whose payload an RMA read placed in the caller's slot
+    /// ([`OfiTransport::try_recv_placing`]).
+    Placed {
+        from: Rank,
+        head: Vec<u8>,
+        payload: Filled,
+    },
+    /// A slot the caller gave for a read that failed: back unwritten.
+    Unplaced { slot: Slot },
 }
 
 /// A registered payload, shared by the transfers that offer it (a relay forwards one
@@ -454,12 +471,30 @@ struct Transfer {
 struct PendingRead {
     from: Rank,
     id: u64,
-    /// The head, then the payload's place; `max_frame` bytes.
-    buf: Box<[u8]>,
+    into: ReadInto,
     head_len: usize,
     frame_len: usize,
     addr: u64,
     key: u64,
+}
+
+/// Where an RMA read writes its payload.
+enum ReadInto {
+    /// The head, then the payload's place; `max_frame` bytes.
+    Frame(Box<[u8]>),
+    /// The caller's memory ([`OfiTransport::try_recv_placing`]), the head kept aside.
+    Slot { head: Vec<u8>, slot: Slot },
+}
+
+/// An offer whose read has not started: reads start where the caller can say where
+/// the payload goes ([`OfiTransport::try_recv_placing`]).
+struct OfferedRead {
+    from: Rank,
+    id: u64,
+    addr: u64,
+    len: u64,
+    key: u64,
+    head: Vec<u8>,
 }
 
 /// What posting a send did.
@@ -527,6 +562,10 @@ pub struct OfiTransport {
     /// Payloads whose receiver died, kept [`OfiConfig::stall_timeout`] after their
     /// registration closed (the provider may still have a reply from them queued).
     retired: VecDeque<(Instant, Bytes)>,
+    /// The head of the last frame handed on as [`Delivery::Placed`] (lent from here).
+    placed_head: Vec<u8>,
+    /// Offers received whose reads are not posted yet (posted at the next receive).
+    offered: VecDeque<OfferedRead>,
     /// RMA reads by slot; `None` is a free slot.
     reads: Vec<Option<PendingRead>>,
     free_read_slots: Vec<usize>,
@@ -630,6 +669,8 @@ impl OfiTransport {
             transfers_pending: 0,
             last_heard: vec![Instant::now(); config.size as usize],
             retired: VecDeque::new(),
+            placed_head: Vec::new(),
+            offered: VecDeque::new(),
             reads: Vec::new(),
             free_read_slots: Vec::new(),
             reads_waiting: VecDeque::new(),
@@ -961,8 +1002,42 @@ impl OfiTransport {
     }
 
     /// Receives one frame if one has arrived. The frame borrows a receive buffer, which
-    /// is posted again at the next call.
+    /// is posted again at the next call. (An offered payload is read into this
+    /// transport's buffer: see [`OfiTransport::try_recv_placing`] for the caller's.)
     pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, OfiError> {
+        Ok(match self.try_recv_placing(&mut |_, _, _| None)? {
+            None => None,
+            Some(Delivery::Received(received)) => Some(received),
+            // Placed by an earlier `try_recv_placing`: the frame whole, as a copy.
+            Some(Delivery::Placed {
+                from,
+                head,
+                payload,
+            }) => {
+                let mut frame = Vec::with_capacity(head.len() + payload.len());
+                frame.extend_from_slice(head);
+                frame.extend_from_slice(&payload.into_bytes());
+                Some(Received::Owned {
+                    from,
+                    frame: Bytes::from(frame),
+                })
+            }
+            // Its caller is not asking: the slot's range stays claimed, never written.
+            Some(Delivery::Unplaced { .. }) => None,
+        })
+    }
+
+    /// Receives one frame if one has arrived, as [`OfiTransport::try_recv`]; a payload
+    /// offered for an RMA read goes where `place(from, head, len)` says, if it gives a
+    /// slot of exactly the payload's length ([`Delivery::Placed`] once read,
+    /// [`Delivery::Unplaced`] if the read fails), else behind its head in this
+    /// transport's buffer. An offer's read is posted by this call once every frame
+    /// received before the offer was handed on (offers that [`OfiTransport::progress`]
+    /// received wait for it too).
+    pub fn try_recv_placing(
+        &mut self,
+        place: &mut Place<'_>,
+    ) -> Result<Option<Delivery<'_>>, OfiError> {
         self.return_lent();
         self.post_receives()?;
         if self.arrived.is_empty() {
@@ -970,25 +1045,49 @@ impl OfiTransport {
             self.post_receives()?;
             self.retry_reads();
         }
+        // An offer's reads start once every frame that came before it was handed on:
+        // the activation that announces an output comes before its chunks' offers,
+        // and the caller can only say where a chunk goes once it has seen it.
+        if self.arrived.is_empty() {
+            while let Some(offer) = self.offered.pop_front() {
+                self.start_read(offer, place);
+            }
+        }
         match self.arrived.pop_front() {
             None => Ok(None),
-            Some(Arrival::Oversized { from, len }) => Ok(Some(Received::Oversized { from, len })),
+            Some(Arrival::Oversized { from, len }) => {
+                Ok(Some(Delivery::Received(Received::Oversized { from, len })))
+            }
             Some(Arrival::Frame { slot, from, len }) => {
                 self.lent = Some(slot);
                 self.stats.received += 1;
-                Ok(Some(Received::Frame {
+                Ok(Some(Delivery::Received(Received::Frame {
                     from,
                     bytes: &self.recv_bufs[slot][..len],
-                }))
+                })))
             }
             Some(Arrival::Read { from, buf, len }) => {
                 self.stats.received += 1;
                 let buf = self.lent_read.insert(buf);
-                Ok(Some(Received::Frame {
+                Ok(Some(Delivery::Received(Received::Frame {
                     from,
                     bytes: &buf[..len],
+                })))
+            }
+            Some(Arrival::Placed {
+                from,
+                head,
+                payload,
+            }) => {
+                self.stats.received += 1;
+                self.placed_head = head;
+                Ok(Some(Delivery::Placed {
+                    from,
+                    head: &self.placed_head,
+                    payload,
                 }))
             }
+            Some(Arrival::Unplaced { slot }) => Ok(Some(Delivery::Unplaced { slot })),
         }
     }
 
@@ -1225,7 +1324,15 @@ impl OfiTransport {
                 }),
                 Some(_) => self.release_transfer(id, false),
             },
-            Ok(Control::Offer(offer)) => self.start_read(from, &offer),
+            // Read at the next receive, which can ask where the payload goes.
+            Ok(Control::Offer(offer)) => self.offered.push_back(OfferedRead {
+                from,
+                id: offer.id,
+                addr: offer.addr,
+                len: offer.len,
+                key: offer.key,
+                head: offer.head.to_vec(),
+            }),
         }
     }
 
@@ -1234,8 +1341,10 @@ impl OfiTransport {
         self.last_control_error = Some(error);
     }
 
-    /// Starts reading `offer`'s payload from `from` into a frame behind its head.
-    fn start_read(&mut self, from: Rank, offer: &Offer<'_>) {
+    /// Starts reading `offer`'s payload: into the caller's slot if `place` gives one of
+    /// the payload's length, else into a frame behind its head.
+    fn start_read(&mut self, offer: OfferedRead, place: &mut Place<'_>) {
+        let from = offer.from;
         // `decode` checked that the sum fits.
         let frame_len = offer.head.len() + offer.len as usize;
         if frame_len > self.max_frame || offer.len as usize > self.max_msg {
@@ -1253,16 +1362,29 @@ impl OfiTransport {
             self.send_done(from, offer.id);
             return;
         }
-        let mut buf = self
-            .read_spares
-            .pop()
-            .unwrap_or_else(|| vec![0u8; self.max_frame].into_boxed_slice());
-        buf[..offer.head.len()].copy_from_slice(offer.head);
+        let into = match place(from, &offer.head, offer.len as usize) {
+            Some(slot) if slot.len() as u64 == offer.len => ReadInto::Slot {
+                head: offer.head,
+                slot,
+            },
+            other => {
+                if let Some(slot) = other {
+                    // Not of the payload's length: back unwritten.
+                    self.arrived.push_back(Arrival::Unplaced { slot });
+                }
+                let mut buf = self
+                    .read_spares
+                    .pop()
+                    .unwrap_or_else(|| vec![0u8; self.max_frame].into_boxed_slice());
+                buf[..offer.head.len()].copy_from_slice(&offer.head);
+                ReadInto::Frame(buf)
+            }
+        };
         let read = PendingRead {
             from,
             id: offer.id,
-            buf,
-            head_len: offer.head.len(),
+            head_len: frame_len - offer.len as usize,
+            into,
             frame_len,
             addr: offer.addr,
             key: offer.key,
@@ -1286,18 +1408,23 @@ impl OfiTransport {
         let Some(read) = self.reads.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        let dest = &mut read.buf[read.head_len..read.frame_len];
-        // SAFETY: `ep` is our endpoint; `dest` is `frame_len - head_len` writable bytes
-        // of a boxed buffer owned by read slot `slot`, which is neither moved nor
-        // touched until the read's completion is read or the endpoint closes (Drop
-        // closes the endpoint before the slab is freed). No descriptor is needed (no
-        // FI_MR_LOCAL). A bad address or key from the peer fails the read at the
-        // provider, into an error completion.
+        let len = read.frame_len - read.head_len;
+        let dest = match &mut read.into {
+            ReadInto::Frame(buf) => buf[read.head_len..read.frame_len].as_mut_ptr(),
+            ReadInto::Slot { slot, .. } => slot.as_mut_ptr(),
+        };
+        // SAFETY: `ep` is our endpoint; `dest` is `len` writable bytes of a boxed buffer
+        // owned by read slot `slot`, or of the caller's slot it holds (`ft_core::landing`:
+        // ours to write until filled or given back), neither moved nor touched until
+        // the read's completion is read or the endpoint closes (Drop closes the
+        // endpoint before the slab is freed). No descriptor is needed (no FI_MR_LOCAL).
+        // A bad address or key from the peer fails the read at the provider, into an
+        // error completion.
         let ret = unsafe {
             sys::fi_read(
                 self.ep,
-                dest.as_mut_ptr().cast::<c_void>(),
-                dest.len(),
+                dest.cast::<c_void>(),
+                len,
                 ptr::null_mut(),
                 self.peers[read.from as usize],
                 read.addr,
@@ -1341,14 +1468,30 @@ impl OfiTransport {
             self.last_heard[read.from as usize] = Instant::now();
             self.stats.rma_reads += 1;
             self.stats.rma_bytes_read += (read.frame_len - read.head_len) as u64;
-            self.arrived.push_back(Arrival::Read {
-                from: read.from,
-                buf: read.buf,
-                len: read.frame_len,
-            });
+            match read.into {
+                ReadInto::Frame(buf) => self.arrived.push_back(Arrival::Read {
+                    from: read.from,
+                    buf,
+                    len: read.frame_len,
+                }),
+                ReadInto::Slot { head, slot } => {
+                    self.stats.rma_bytes_placed += slot.len() as u64;
+                    // SAFETY: the read completed without error: the provider wrote
+                    // all the slot's bytes (the read's length is the slot's).
+                    let payload = unsafe { slot.filled() };
+                    self.arrived.push_back(Arrival::Placed {
+                        from: read.from,
+                        head,
+                        payload,
+                    });
+                }
+            }
         } else {
             self.stats.rma_lost_reads += 1;
-            self.recycle(read.buf);
+            match read.into {
+                ReadInto::Frame(buf) => self.recycle(buf),
+                ReadInto::Slot { slot, .. } => self.arrived.push_back(Arrival::Unplaced { slot }),
+            }
         }
         self.send_done(read.from, read.id);
     }
@@ -1790,6 +1933,12 @@ impl Transport for OfiTransport {
     }
     fn try_recv(&mut self) -> Result<Option<Received<'_>>, OfiError> {
         OfiTransport::try_recv(self)
+    }
+    fn try_recv_placing(
+        &mut self,
+        place: &mut Place<'_>,
+    ) -> Result<Option<Delivery<'_>>, OfiError> {
+        OfiTransport::try_recv_placing(self, place)
     }
     fn progress(&mut self) -> Result<(), OfiError> {
         OfiTransport::progress(self)

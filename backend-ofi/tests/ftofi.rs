@@ -140,7 +140,9 @@ fn read_by_rma(lines: &[Value]) -> Result<(), String> {
 
 /// 8 MiB and 3 MB outputs (one whole part-chunk at the end) at n = 4: every byte arrives
 /// (each rank checks its outputs against the root's) and the receivers read the chunks
-/// by RMA; forced two-sided, the same job offers nothing for RMA.
+/// by RMA, straight into each output's one buffer (every chunk, the 3 MB tail of 116,416
+/// bytes included, is above the RMA threshold: so no output is joined by a copy);
+/// forced two-sided, the same job offers nothing for RMA.
 #[test]
 fn a_multi_mib_broadcast_moves_by_rma_and_arrives_exactly() {
     const RMA: Scenario = Scenario {
@@ -150,9 +152,22 @@ fn a_multi_mib_broadcast_moves_by_rma_and_arrives_exactly() {
             report::served(lines)?;
             read_by_rma(lines)?;
             let lost = rma_total(lines, "rma_lost_reads");
-            (lost == 0)
+            if lost > 0 {
+                return Err(format!("{lost} reads lost without a failure"));
+            }
+            let (read, placed) = (
+                rma_total(lines, "rma_bytes_read"),
+                rma_total(lines, "rma_bytes_placed"),
+            );
+            let (landed, joined) = (
+                rma_total(lines, "bcast_bytes_landed"),
+                rma_total(lines, "bcast_bytes_joined"),
+            );
+            (placed == read && landed == placed && joined == 0)
                 .then_some(())
-                .ok_or_else(|| format!("{lost} reads lost without a failure"))
+                .ok_or_else(|| {
+                    format!("{read} bytes read by RMA, {placed} into the outputs' buffers ({landed} kept there), {joined} joined by a copy")
+                })
         },
     };
     const TWO_SIDED: Scenario = Scenario {
