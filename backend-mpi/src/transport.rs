@@ -672,26 +672,9 @@ impl MpiTransport {
     /// Receives one frame if one has arrived (a payload is received into this
     /// transport's own buffer: see [`MpiTransport::try_recv_placing`] for the caller's).
     pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, MpiError> {
-        Ok(match self.receive(&mut |_, _, _| None)? {
-            None => None,
-            Some(Delivery::Received(received)) => Some(received),
-            // Placed by an earlier `try_recv_placing`: the frame whole, as a copy.
-            Some(Delivery::Placed {
-                from,
-                head,
-                payload,
-            }) => {
-                let mut frame = Vec::with_capacity(head.len() + payload.len());
-                frame.extend_from_slice(head);
-                frame.extend_from_slice(&payload.into_bytes());
-                Some(Received::Owned {
-                    from,
-                    frame: Bytes::from(frame),
-                })
-            }
-            // Its caller is not asking: the slot's range stays claimed, never written.
-            Some(Delivery::Unplaced { .. }) => None,
-        })
+        Ok(self
+            .try_recv_placing(&mut |_, _, _| None)?
+            .and_then(Delivery::into_received))
     }
 
     /// Receives one frame if one has arrived; a payload that follows its head goes
@@ -702,11 +685,6 @@ impl MpiTransport {
         &mut self,
         place: &mut Place<'_>,
     ) -> Result<Option<Delivery<'_>>, MpiError> {
-        self.receive(place)
-    }
-
-    /// [`MpiTransport::try_recv_placing`].
-    fn receive(&mut self, place: &mut Place<'_>) -> Result<Option<Delivery<'_>>, MpiError> {
         // Each round either returns or retires the head (a lost or oversized message
         // whose slot is re-posted): bounded by the ring.
         for _ in 0..=RECV_SLOTS {

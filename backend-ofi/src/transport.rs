@@ -1005,26 +1005,9 @@ impl OfiTransport {
     /// is posted again at the next call. (An offered payload is read into this
     /// transport's buffer: see [`OfiTransport::try_recv_placing`] for the caller's.)
     pub fn try_recv(&mut self) -> Result<Option<Received<'_>>, OfiError> {
-        Ok(match self.try_recv_placing(&mut |_, _, _| None)? {
-            None => None,
-            Some(Delivery::Received(received)) => Some(received),
-            // Placed by an earlier `try_recv_placing`: the frame whole, as a copy.
-            Some(Delivery::Placed {
-                from,
-                head,
-                payload,
-            }) => {
-                let mut frame = Vec::with_capacity(head.len() + payload.len());
-                frame.extend_from_slice(head);
-                frame.extend_from_slice(&payload.into_bytes());
-                Some(Received::Owned {
-                    from,
-                    frame: Bytes::from(frame),
-                })
-            }
-            // Its caller is not asking: the slot's range stays claimed, never written.
-            Some(Delivery::Unplaced { .. }) => None,
-        })
+        Ok(self
+            .try_recv_placing(&mut |_, _, _| None)?
+            .and_then(Delivery::into_received))
     }
 
     /// Receives one frame if one has arrived, as [`OfiTransport::try_recv`]; a payload
@@ -1345,8 +1328,9 @@ impl OfiTransport {
     /// the payload's length, else into a frame behind its head.
     fn start_read(&mut self, offer: OfferedRead, place: &mut Place<'_>) {
         let from = offer.from;
+        let head_len = offer.head.len();
         // `decode` checked that the sum fits.
-        let frame_len = offer.head.len() + offer.len as usize;
+        let frame_len = head_len + offer.len as usize;
         if frame_len > self.max_frame || offer.len as usize > self.max_msg {
             // As a two-sided frame this long would have been.
             self.stats.oversized += 1;
@@ -1376,14 +1360,14 @@ impl OfiTransport {
                     .read_spares
                     .pop()
                     .unwrap_or_else(|| vec![0u8; self.max_frame].into_boxed_slice());
-                buf[..offer.head.len()].copy_from_slice(&offer.head);
+                buf[..head_len].copy_from_slice(&offer.head);
                 ReadInto::Frame(buf)
             }
         };
         let read = PendingRead {
             from,
             id: offer.id,
-            head_len: frame_len - offer.len as usize,
+            head_len,
             into,
             frame_len,
             addr: offer.addr,

@@ -284,6 +284,16 @@ impl Filled {
         self.slot.len == 0
     }
 
+    /// The whole frame as one new buffer: `head`, then these bytes (a copy, for a
+    /// reader that wants the frame contiguous rather than where it landed).
+    pub fn behind(self, head: &[u8]) -> Vec<u8> {
+        let payload = self.into_bytes();
+        let mut frame = Vec::with_capacity(head.len() + payload.len());
+        frame.extend_from_slice(head);
+        frame.extend_from_slice(&payload);
+        frame
+    }
+
     /// Its bytes, shared (the buffer stays alive while any view of it does).
     pub fn into_bytes(self) -> Bytes {
         let Slot { memory, start, len } = self.slot;
@@ -414,6 +424,13 @@ mod tests {
         let slot = slot.fill_from(&[1, 2, 3]).expect_err("too short");
         let filled = slot.fill_from(&[4, 5, 6, 7]).expect("fits");
         assert_eq!(&filled.into_bytes()[..], &[4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_filled_slot_behind_its_head_is_the_whole_frame() {
+        let mut l = Landing::new(4);
+        let filled = l.claim(0, 4).unwrap().fill_from(&[5, 6, 7, 8]).unwrap();
+        assert_eq!(filled.behind(&[1, 2]), [1, 2, 5, 6, 7, 8]);
     }
 
     #[test]

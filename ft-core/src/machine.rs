@@ -149,11 +149,7 @@ pub trait Protocol {
         head: &[u8],
         payload: Filled,
     ) -> Result<(), FrameError> {
-        let payload = payload.into_bytes();
-        let mut frame = alloc::vec::Vec::with_capacity(head.len() + payload.len());
-        frame.extend_from_slice(head);
-        frame.extend_from_slice(&payload);
-        self.handle_message(now, from, &frame)
+        self.handle_message(now, from, &payload.behind(head))
     }
 
     /// A slot that [`Protocol::place_payload`] gave was not filled (its sender died

@@ -71,6 +71,28 @@ pub enum Delivery<'a> {
     },
 }
 
+impl<'a> Delivery<'a> {
+    /// What [`Transport::try_recv`] gives for this delivery, for a transport whose
+    /// `try_recv` is its `try_recv_placing` placing nothing: a frame placed by an
+    /// earlier placing call comes out whole, as a copy ([`Received::Owned`]); a slot
+    /// that came back unfilled is dropped (its range stays claimed, never written) and
+    /// nothing is received this time.
+    pub fn into_received(self) -> Option<Received<'a>> {
+        match self {
+            Delivery::Received(received) => Some(received),
+            Delivery::Placed {
+                from,
+                head,
+                payload,
+            } => Some(Received::Owned {
+                from,
+                frame: Bytes::from(payload.behind(head)),
+            }),
+            Delivery::Unplaced { .. } => None,
+        }
+    }
+}
+
 impl Received<'_> {
     /// The sender and the bytes of a frame, lent or handed over; `None` for
     /// [`Received::Oversized`].

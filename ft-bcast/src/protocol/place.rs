@@ -91,14 +91,13 @@ impl Broadcaster {
     /// A slot [`Broadcaster::place_frame`] gave came back unfilled: its bytes may be
     /// placed again (a broadcast forgotten since keeps nothing of it).
     pub fn slot_lost(&mut self, slot: Slot) {
-        let mut slot = Some(slot);
-        for t in self.tasks.values_mut() {
-            for buffer in t.buffers.values_mut() {
-                match buffer.unclaim(slot.take().expect("put back")) {
-                    Ok(()) => return,
-                    Err(back) => slot = Some(back),
-                }
-            }
+        let owner = self
+            .tasks
+            .values_mut()
+            .flat_map(|t| t.buffers.values_mut())
+            .find(|buffer| buffer.holds(&slot));
+        if let Some(buffer) = owner {
+            buffer.unclaim(slot);
         }
     }
 }

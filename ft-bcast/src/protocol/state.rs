@@ -220,14 +220,15 @@ impl Buffer {
         landing.claim(usize::try_from(offset).ok()?, len)
     }
 
-    /// Takes back a slot that was not filled, if it is of this output's landing buffer.
-    pub(super) fn unclaim(&mut self, slot: Slot) -> Result<(), Slot> {
-        match &mut self.landing {
-            Some(landing) if landing.holds(&slot) => {
-                landing.unclaim(slot);
-                Ok(())
-            }
-            _ => Err(slot),
+    /// Whether `slot` was claimed from this output's landing buffer.
+    pub(super) fn holds(&self, slot: &Slot) -> bool {
+        self.landing.as_ref().is_some_and(|l| l.holds(slot))
+    }
+
+    /// Takes back a slot of this output's landing buffer that was not filled.
+    pub(super) fn unclaim(&mut self, slot: Slot) {
+        if let Some(landing) = &mut self.landing {
+            landing.unclaim(slot);
         }
     }
 
