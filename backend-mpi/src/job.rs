@@ -61,6 +61,8 @@ impl JobTransport for MpiTransport {
             ("payload_buffers_reused", s.payload_buffers_reused),
             ("payload_bytes_placed", s.payload_bytes_placed),
             ("placed_mismatched", s.placed_mismatched),
+            ("frames_joined", s.frames_joined),
+            ("joined_received", s.joined_received),
         ]
     }
     fn saw_failure(&self) -> bool {

@@ -25,6 +25,17 @@
 //!   sender). Payloads shorter than [`COPY_BELOW`] are copied after the header into one
 //!   frame instead. [`TransportStats::payload_bytes_in_place`] and
 //!   [`TransportStats::payload_bytes_copied`] count the two cases;
+//! - **send_then_parts** (a control frame and the payload frame behind it to the same
+//!   peer, [`MpiTransport::send_then_parts`]: what the driver does with a broadcast's
+//!   activation and the data pushed right behind it) puts the control frame, after its
+//!   length (4 bytes), at the front of the head's message ([`JOINED_HEAD_TAG`], or
+//!   [`JOINED_TAG`] for a copied payload): one small message per tree edge instead of
+//!   two. The receiver hands the front frame on first and keeps the rest in its ring
+//!   slot until the next call (so the machine has taken in the activation, and knows
+//!   the output's size, before it is asked where the payload goes), then treats the
+//!   rest as a head (or a whole frame); the slot is re-posted after that. A joined
+//!   message whose front length runs past its end is counted in
+//!   [`TransportStats::bad_heads`] and dropped;
 //! - **a head's payload**: a receiver that gets a head posts the receive of its payload
 //!   from that sender on the payload communicator, into a new buffer right behind a copy
 //!   of the head (MPI keeps a pair's messages in order, so the next payload from that
@@ -99,6 +110,16 @@ const FRAME_TAG: c_int = 0x6674;
 /// ([`MpiTransport::send_parts`]): the head's bytes, then the payload's length (4 bytes,
 /// little-endian).
 pub const HEAD_TAG: c_int = 0x6675;
+
+/// The tag of a whole frame sent together with the frame before it to the same peer
+/// ([`MpiTransport::send_then_parts`]): that frame's length (4 bytes, little-endian),
+/// its bytes, then this frame's.
+pub const JOINED_TAG: c_int = 0x6676;
+
+/// [`HEAD_TAG`] with the frame before it in front ([`MpiTransport::send_then_parts`]):
+/// that frame's length (4 bytes, little-endian), its bytes, then the head as a
+/// [`HEAD_TAG`] message holds it (its payload follows on the payload communicator).
+pub const JOINED_HEAD_TAG: c_int = 0x6677;
 
 /// The longest payload a receiver takes after a head (a longer one is reported as
 /// [`Received::Oversized`] and dropped): 64 MiB.
@@ -227,6 +248,11 @@ pub struct TransportStats {
     /// Payloads received into the caller's memory whose length differed from their
     /// head's: the slot goes back unfilled and the frame is lost.
     pub placed_mismatched: u64,
+    /// Frames sent at the front of the next frame's message to the same peer
+    /// ([`MpiTransport::send_then_parts`]).
+    pub frames_joined: u64,
+    /// Messages received holding two frames ([`JOINED_TAG`], [`JOINED_HEAD_TAG`]).
+    pub joined_received: u64,
 }
 
 /// A pending send: the buffer MPI reads (a whole frame, or the header of a
@@ -251,6 +277,20 @@ struct RecvRing {
     /// The head's frame was lent out (or lost): it must be re-posted, and the head
     /// moved on, before anything else is received.
     repost: bool,
+    /// The head's message held two frames ([`JOINED_TAG`], [`JOINED_HEAD_TAG`]) and
+    /// the first was lent out: the second, still in the slot, is handed on (or its
+    /// payload's receive posted) before the slot is re-posted.
+    rest: Option<Rest>,
+}
+
+/// The second frame of a joined message, waiting in the ring's head slot.
+#[derive(Clone, Copy, Debug)]
+struct Rest {
+    from: Rank,
+    /// Where it starts in the slot's buffer.
+    start: usize,
+    /// Whether it is a head whose payload follows ([`JOINED_HEAD_TAG`]).
+    head: bool,
 }
 
 /// A payload's receive, posted when its head ([`HEAD_TAG`]) arrived: `buffer` holds
@@ -370,6 +410,7 @@ impl MpiTransport {
                 capacity,
                 head: 0,
                 repost: false,
+                rest: None,
             },
             stats: TransportStats::default(),
         };
@@ -393,11 +434,12 @@ impl MpiTransport {
     /// bytes (the protocol machines never produce either).
     pub fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MpiError> {
         self.check_peer(to);
-        self.send_copied(to, &[frame])
+        self.send_copied(to, &[frame], FRAME_TAG)
     }
 
-    /// Sends `parts`, one after the other, as one frame copied into a pooled buffer.
-    fn send_copied(&mut self, to: Rank, parts: &[&[u8]]) -> Result<(), MpiError> {
+    /// Sends `parts`, one after the other, as one message tagged `tag`, copied into a
+    /// pooled buffer.
+    fn send_copied(&mut self, to: Rank, parts: &[&[u8]], tag: c_int) -> Result<(), MpiError> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let len = c_int::try_from(total).expect("frame longer than i32::MAX bytes");
         let mut bytes = self.take_buffer();
@@ -411,8 +453,7 @@ impl MpiTransport {
         // SAFETY: reading an MPI constant handle.
         let byte = unsafe { ffi::RSMPI_UINT8_T };
         let comm = self.comm.as_raw();
-        self.isend(to, pending, len, byte, FRAME_TAG, comm)
-            .map(drop)
+        self.isend(to, pending, len, byte, tag, comm).map(drop)
     }
 
     /// Starts sending one frame, `head` followed by `payload`, to `to` without copying
@@ -427,16 +468,65 @@ impl MpiTransport {
     /// [`MAX_PAYLOAD`].
     pub fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MpiError> {
         self.check_peer(to);
+        self.send_payload_frame(to, None, head, payload)
+    }
+
+    /// Starts sending `frame` and then the frame `head` + `payload` to `to` in the
+    /// messages of one [`MpiTransport::send_parts`]: `frame` rides at the front of the
+    /// head's message ([`JOINED_HEAD_TAG`], or [`JOINED_TAG`] when the payload is
+    /// copied), so an activation and the data pushed behind it cost one small message,
+    /// not two. [`TransportStats::frames_joined`] counts them.
+    ///
+    /// # Panics
+    /// As [`MpiTransport::send_parts`].
+    pub fn send_then_parts(
+        &mut self,
+        to: Rank,
+        frame: &[u8],
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(), MpiError> {
+        self.check_peer(to);
+        self.stats.frames_joined += 1;
+        self.send_payload_frame(to, Some(frame), head, payload)
+    }
+
+    /// The frame `head` + `payload` to `to`, behind `first` (a whole frame, its length
+    /// in front of it) when one is given: see [`MpiTransport::send_parts`] and
+    /// [`MpiTransport::send_then_parts`].
+    fn send_payload_frame(
+        &mut self,
+        to: Rank,
+        first: Option<&[u8]>,
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(), MpiError> {
+        let first_len = first.map(|f| {
+            u32::try_from(f.len())
+                .expect("frame longer than u32::MAX bytes")
+                .to_le_bytes()
+        });
+        let before: [&[u8]; 2] = match (&first_len, first) {
+            (Some(len), Some(frame)) => [len, frame],
+            _ => [&[], &[]],
+        };
         if payload.len() < COPY_BELOW {
             self.stats.payload_bytes_copied += payload.len() as u64;
-            return self.send_copied(to, &[head, payload]);
+            let tag = if first.is_some() {
+                JOINED_TAG
+            } else {
+                FRAME_TAG
+            };
+            return self.send_copied(to, &[before[0], before[1], head, &payload[..]], tag);
         }
         assert!(
-            c_int::try_from(head.len() + payload.len()).is_ok(),
+            c_int::try_from(before[1].len() + head.len() + payload.len()).is_ok(),
             "frame longer than i32::MAX bytes"
         );
         assert!(payload.len() <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
         let mut bytes = self.take_buffer();
+        bytes.extend_from_slice(before[0]);
+        bytes.extend_from_slice(before[1]);
         bytes.extend_from_slice(head);
         bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         // SAFETY: reading an MPI constant handle.
@@ -447,7 +537,12 @@ impl MpiTransport {
             payload: None,
         };
         let comm = self.comm.as_raw();
-        if !self.isend(to, head, len, byte, HEAD_TAG, comm)? {
+        let tag = if first.is_some() {
+            JOINED_HEAD_TAG
+        } else {
+            HEAD_TAG
+        };
+        if !self.isend(to, head, len, byte, tag, comm)? {
             return Ok(()); // a dead peer: its payload goes nowhere either
         }
         // The payload's own message: contiguous, so MPI moves it in one copy (shared
@@ -724,6 +819,18 @@ impl MpiTransport {
                 }
                 None => {}
             }
+            if let Some(rest) = self.ring.rest.take() {
+                let slot = self.ring.head;
+                if rest.head {
+                    self.receive_payload(slot, rest.start, rest.from, place)?;
+                    continue;
+                }
+                self.stats.received += 1;
+                return Ok(Some(Delivery::Received(Received::Frame {
+                    from: rest.from,
+                    bytes: &self.ring.buffers[slot][rest.start..],
+                })));
+            }
             if self.ring.repost {
                 let head = self.ring.head;
                 let code = self.post_recv(head);
@@ -763,8 +870,28 @@ impl MpiTransport {
                 if status.MPI_TAG == HEAD_TAG {
                     // Its payload follows: received behind it (or where `place` says),
                     // handed on when complete.
-                    self.receive_payload(head, from, place)?;
+                    self.receive_payload(head, 0, from, place)?;
                     continue;
+                }
+                if status.MPI_TAG == JOINED_TAG || status.MPI_TAG == JOINED_HEAD_TAG {
+                    // The frame in front goes first (the machine may need it to place
+                    // the payload behind it: an activation announces its sizes); the
+                    // second waits in the slot for the next call.
+                    let Some(first) = joined_front(&self.ring.buffers[head]) else {
+                        self.stats.bad_heads += 1;
+                        continue;
+                    };
+                    self.ring.rest = Some(Rest {
+                        from,
+                        start: 4 + first,
+                        head: status.MPI_TAG == JOINED_HEAD_TAG,
+                    });
+                    self.stats.received += 1;
+                    self.stats.joined_received += 1;
+                    return Ok(Some(Delivery::Received(Received::Frame {
+                        from,
+                        bytes: &self.ring.buffers[head][4..4 + first],
+                    })));
                 }
                 self.stats.received += 1;
                 if len < HAND_OVER_FROM {
@@ -843,10 +970,11 @@ impl MpiTransport {
     fn receive_payload(
         &mut self,
         slot: usize,
+        start: usize,
         from: Rank,
         place: &mut Place<'_>,
     ) -> Result<(), MpiError> {
-        let frame = &self.ring.buffers[slot];
+        let frame = &self.ring.buffers[slot][start..];
         let Some(at) = frame.len().checked_sub(4) else {
             self.stats.bad_heads += 1;
             return Ok(());
@@ -888,7 +1016,7 @@ impl MpiTransport {
         let room = if len > MAX_PAYLOAD { 0 } else { len };
         let (mut buffer, reused) = self.pool.take(at + room);
         self.stats.payload_buffers_reused += u64::from(reused);
-        buffer.extend_from_slice(&self.ring.buffers[slot][..at]);
+        buffer.extend_from_slice(&self.ring.buffers[slot][start..start + at]);
         // SAFETY: the buffer has room for `room` bytes past its `at` initialised ones
         // (its capacity, uninitialised memory MPI only writes); it stays alive and
         // unmoved in `incoming` (a `Vec`'s heap buffer, unresized) until the request
@@ -1067,6 +1195,15 @@ impl Transport for MpiTransport {
     }
     fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), MpiError> {
         MpiTransport::send_parts(self, to, head, payload)
+    }
+    fn send_then_parts(
+        &mut self,
+        to: Rank,
+        frame: &[u8],
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(), MpiError> {
+        MpiTransport::send_then_parts(self, to, frame, head, payload)
     }
     fn copies_payload(&self) -> bool {
         MpiTransport::copies_payload(self)
@@ -1275,6 +1412,13 @@ fn test_some(
         )
     };
     (code, done)
+}
+
+/// The length of the frame at the front of a joined message ([`JOINED_TAG`],
+/// [`JOINED_HEAD_TAG`]), if the message holds it whole.
+fn joined_front(message: &[u8]) -> Option<usize> {
+    let len = u32::from_le_bytes(message.get(..4)?.try_into().ok()?) as usize;
+    (len <= message.len() - 4).then_some(len)
 }
 
 fn null_request() -> ffi::MPI_Request {

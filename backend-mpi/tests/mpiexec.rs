@@ -367,6 +367,17 @@ fn a_multi_chunk_broadcast_sends_and_receives_its_payload_bytes_in_place() {
     );
     assert_eq!(landed, sum("payload_bytes_placed"), "{lines:#?}");
     assert_eq!(sum("placed_mismatched"), 0, "{lines:#?}");
+    // The root's activation of each of its children (three in the tree of class
+    // {1, 3, 5, 7}, two in that of {2, 4, 6}) rode in front of the first data pushed
+    // to it, one message where there were two (a relay activates its children before
+    // its data arrives, so its activations go alone), and every such message was
+    // taken apart into its two frames.
+    let root = lines
+        .iter()
+        .find(|l| l["rank"] == 0)
+        .expect("rank 0's line");
+    assert_eq!(root["stats"]["frames_joined"], 5, "{root:#?}");
+    assert_eq!(sum("frames_joined"), sum("joined_received"), "{lines:#?}");
 }
 
 #[test]

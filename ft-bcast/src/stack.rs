@@ -185,6 +185,37 @@ impl RankStack {
             .map_err(StackError::Bcast)
     }
 
+    /// [`RankStack::start_broadcast`] from a plan built earlier ([`Plan::build`]): a
+    /// runtime that broadcasts many tasks of one shape (the same outputs to the same
+    /// destinations) plans once and starts each task from that plan, as an MPI program
+    /// splits a communicator once and broadcasts over it many times. The plan is used
+    /// as it is when it already leaves out every rank this rank knows dead; otherwise
+    /// it is built again from its spec with them left out, as `start_broadcast` does,
+    /// so a stale plan never routes through a dead rank this rank knows of.
+    pub fn start_planned<P: Into<Bytes>>(
+        &mut self,
+        now: Instant,
+        task: u32,
+        plan: &Plan,
+        payloads: impl IntoIterator<Item = P>,
+    ) -> Result<(), StackError> {
+        if self.node.is_stopped() {
+            return Err(StackError::Node(NodeError::Stopped));
+        }
+        let spec = plan.spec();
+        if spec.ranks != self.bcast_config.n || spec.failed.universe() != self.bcast_config.n {
+            return Err(StackError::Bcast(BcastError::WrongSize {
+                plan: spec.ranks,
+            }));
+        }
+        if !self.node.view().known_failed().is_subset(&spec.failed) {
+            return self.start_broadcast(now, task, spec.clone(), payloads);
+        }
+        self.broadcaster_mut(now)
+            .start_broadcast(now, task, plan, payloads)
+            .map_err(StackError::Bcast)
+    }
+
     /// [`Node::validate_local`].
     pub fn validate_local(&mut self, now: Instant) -> Result<Counts, StackError> {
         let result = self.node.validate_local(now).map_err(StackError::Node);
@@ -824,6 +855,54 @@ mod tests {
             net.ranks[3].broadcaster().unwrap().output(2, 0),
             Some(&[7u8; 100][..])
         );
+    }
+
+    #[test]
+    fn a_plan_built_once_serves_many_broadcasts() {
+        let mut net = Net::new(4);
+        net.run_until(ms(25));
+        let plan = Plan::build(spec(4)).unwrap();
+        for task in [1, 2] {
+            net.ranks[0]
+                .start_planned(net.now, task, &plan, payloads())
+                .unwrap();
+            net.settle(0);
+        }
+        net.run_until(ms(60));
+        let rank3 = net.ranks[3].broadcaster().unwrap();
+        for task in [1, 2] {
+            assert_eq!(
+                rank3.output(task, 1),
+                Some(&payloads()[1][..]),
+                "task {task}"
+            );
+        }
+        assert!(matches!(
+            net.ranks[0].start_planned(net.now, 3, &Plan::build(spec(5)).unwrap(), payloads()),
+            Err(StackError::Bcast(BcastError::WrongSize { plan: 5 }))
+        ));
+    }
+
+    #[test]
+    fn a_plan_that_predates_a_known_death_is_planned_again_without_it() {
+        // The plan (a chain 0 → 1 → 2 → 3) was built while rank 1 lived; rank 0 has
+        // since learned that 1 died, so the broadcast must not route through it.
+        let plan = Plan::build(spec(4)).unwrap();
+        let mut net = Net::new(4);
+        net.run_until(ms(5));
+        net.alive[1] = false;
+        net.run_until(ms(200));
+        assert!(net.ranks[0].node().view().is_known_failed(1));
+        net.ranks[0]
+            .start_planned(net.now, 1, &plan, payloads())
+            .unwrap();
+        net.settle(0);
+        assert!(
+            net.in_flight.iter().all(|f| f.2 != 1),
+            "a frame went to the dead rank"
+        );
+        net.run_until(ms(220));
+        assert_eq!(net.released(3), vec![0, 1]);
     }
 
     #[test]

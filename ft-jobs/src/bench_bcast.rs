@@ -34,7 +34,7 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
 use clap::Args;
-use ft_bcast::{BcastEvent, OutputSet, OutputSpec, PlanSpec, StackEvent, Strategy};
+use ft_bcast::{BcastEvent, OutputSet, OutputSpec, Plan, PlanSpec, StackEvent, Strategy};
 use ft_core::wire::MAX_CHUNK;
 use ft_core::Rank;
 use ft_runtime::{Bytes, Transport};
@@ -77,6 +77,11 @@ pub struct BenchBcastArgs {
     /// The broadcast strategy: per-class, fetch-for-descendants or per-output.
     #[arg(long, default_value = "per-class", value_parser = parse_strategy)]
     pub strategy: Strategy,
+    /// Plan every repetition anew (`RankStack::start_broadcast` from the spec) instead
+    /// of once per case (`RankStack::start_planned`), as the baseline's communicators
+    /// are split once per case
+    #[arg(long)]
+    pub plan_per_rep: bool,
 }
 
 /// `--strategy`: a strategy's name.
@@ -110,7 +115,7 @@ impl BenchBcastArgs {
         self.outputs
             .iter()
             .flat_map(|&m| self.sizes.iter().map(move |&bytes| (bytes, m)))
-            .map(|(bytes, m)| Case::new(n, me, bytes, m, self.strategy))
+            .map(|(bytes, m)| Case::new(n, me, bytes, m, self.strategy, self.plan_per_rep))
             .collect()
     }
 
@@ -160,6 +165,10 @@ pub struct Case {
     pub outputs: u32,
     /// The broadcast.
     pub spec: PlanSpec,
+    /// Its plan, built once per case (unless `--plan-per-rep`).
+    pub plan: Plan,
+    /// Whether each repetition plans anew (`--plan-per-rep`).
+    pub plan_per_rep: bool,
     /// The outputs this rank needs.
     pub needs: OutputSet,
     /// The outputs' bytes (every rank has them, to check what it received), as the
@@ -169,8 +178,16 @@ pub struct Case {
 }
 
 impl Case {
-    fn new(n: u32, me: Rank, bytes: u64, outputs: u32, strategy: Strategy) -> Self {
+    fn new(
+        n: u32,
+        me: Rank,
+        bytes: u64,
+        outputs: u32,
+        strategy: Strategy,
+        plan_per_rep: bool,
+    ) -> Self {
         let spec = case_spec(n, bytes, outputs, strategy);
+        let plan = Plan::build(spec.clone()).expect("a bench case is a valid broadcast");
         let needs = (0..outputs)
             .filter(|&j| spec.outputs[j as usize].dests.contains(&me))
             .collect();
@@ -182,6 +199,8 @@ impl Case {
             bytes,
             outputs,
             spec,
+            plan,
+            plan_per_rep,
             needs,
             payloads,
         }
@@ -195,8 +214,10 @@ impl Case {
     /// At the root (`me`), what [`stack_rep`] starts a repetition with; elsewhere
     /// nothing.
     pub fn start(&self, me: Rank) -> Option<Start> {
-        self.is_root(me)
-            .then(|| (self.spec.clone(), self.payloads.clone()))
+        self.is_root(me).then(|| Start {
+            spec: self.plan_per_rep.then(|| self.spec.clone()),
+            payloads: self.payloads.clone(),
+        })
     }
 
     /// Output `j`'s root and destinations, in rank order (the members of its plain
@@ -230,6 +251,7 @@ impl Case {
             "bytes": self.bytes,
             "outputs": self.outputs,
             "strategy": self.spec.strategy.name(),
+            "plan": if self.plan_per_rep { "per_rep" } else { "per_case" },
             "n": n,
             "reps": reps,
             "median_us": {"stack": stack_us, base: base_us},
@@ -240,9 +262,14 @@ impl Case {
     }
 }
 
-/// What the root hands the stack to start one repetition: the broadcast and its
-/// payloads (clones of the case's shared buffers).
-pub type Start = (PlanSpec, Vec<Bytes>);
+/// What the root hands the stack to start one repetition: the broadcast's spec when
+/// the repetition plans anew (else the case's plan serves), and the payloads (clones
+/// of the case's shared buffers).
+#[derive(Debug)]
+pub struct Start {
+    spec: Option<PlanSpec>,
+    payloads: Vec<Bytes>,
+}
 
 /// One repetition of a case through the stack, from a common start the caller made:
 /// the root starts broadcast `task` with `start` ([`Case::start`], prepared before the
@@ -259,9 +286,12 @@ pub fn stack_rep<T: Transport>(
     limit: StdDuration,
 ) -> Result<f64, String> {
     let since = WallInstant::now();
-    if let Some((spec, payloads)) = start {
+    if let Some(Start { spec, payloads }) = start {
         driver
-            .command(|stack, now| stack.start_broadcast(now, task, spec, payloads))
+            .command(|stack, now| match spec {
+                Some(spec) => stack.start_broadcast(now, task, spec, payloads),
+                None => stack.start_planned(now, task, &case.plan, payloads),
+            })
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
     }
@@ -605,8 +635,20 @@ mod tests {
     }
 
     #[test]
+    fn the_root_starts_from_the_cases_plan_unless_each_repetition_plans() {
+        let once = Case::new(8, 0, 1024, 4, Strategy::PerClass, false);
+        let start = once.start(0).expect("rank 0 is the root");
+        assert!(start.spec.is_none(), "the case's plan serves");
+        assert_eq!(start.payloads.len(), 4);
+        assert!(once.start(3).is_none(), "only the root starts");
+        let each = Case::new(8, 0, 1024, 4, Strategy::PerClass, true);
+        assert_eq!(each.start(0).and_then(|s| s.spec), Some(each.spec.clone()));
+        assert_eq!(once.plan.spec(), &once.spec);
+    }
+
+    #[test]
     fn the_two_sided_trees_are_binomial_over_each_outputs_members() {
-        let case = Case::new(8, 2, 1024, 4, Strategy::PerClass);
+        let case = Case::new(8, 2, 1024, 4, Strategy::PerClass, false);
         let trees = raw_trees(&case, 2);
         // Output 1's members are 0, 1, 3, 4, 5, 7; rank 2 is not one of them.
         assert_eq!(trees[1], (None, Vec::new()));

@@ -4,7 +4,10 @@
 //! One [`Driver::pump`] receives every frame that has arrived (handing each to the
 //! machine), fires the machine's timer if it is due, sends every frame the machine
 //! has, completes finished sends, and moves the machine's events to the driver's
-//! queue. [`Driver::run_until`] pumps until the caller's condition holds. When a pump
+//! queue; a frame that gives the caller news (an event) ends the round there, with no
+//! further call into the transport, whose calls can cost a scheduling rotation on an
+//! oversubscribed node. [`Driver::run_until`] pumps until the caller's condition
+//! holds, and does not pump at all if it holds already. When a pump
 //! finds nothing to do, the loop spins (yielding the CPU now and then) for a short window after the
 //! last frame or command, since an exchange in progress answers within microseconds,
 //! and past the window waits without the CPU, so idle ranks oversubscribed on few cores
@@ -21,7 +24,11 @@
 //! slice of the driver's buffer ([`Transport::send`]), broadcast chunks as a head in
 //! that buffer plus the payload shared with the machine ([`Transport::send_parts`]), so
 //! the driver and the machine copy no payload byte; [`DriverStats`] counts the payload
-//! bytes sent and those the transport says it copies.
+//! bytes sent and those the transport says it copies. A control frame followed by a
+//! frame with a payload to the same peer (an activation and the data pushed behind it)
+//! goes out in one call, [`Transport::send_then_parts`], which MPI sends as one
+//! message (the driver polls the frame after a control frame into a second buffer to
+//! see).
 //!
 //! Invariants: the clock passed to the machine never goes back (it is one monotonic
 //! `std::time::Instant` origin per driver); after every public call that touched the
@@ -38,7 +45,7 @@ use ft_core::node::NodeEvent;
 use ft_core::{wire, Instant, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
-use crate::transport::{Delivery, Received, Transport, Wake};
+use crate::transport::{Bytes, Delivery, Received, Transport, Wake};
 
 /// The longest an idle loop sleeps, by default: a frame that arrives while the rank
 /// sleeps waits at most this long ([`Driver::set_idle`]).
@@ -102,6 +109,9 @@ pub struct DriverStats {
     /// Frames whose payload the transport received where the machine asked
     /// ([`Protocol::place_payload`], [`Delivery::Placed`]).
     pub frames_placed: u64,
+    /// Control frames sent together with the payload frame that followed them to the
+    /// same peer ([`Transport::send_then_parts`]).
+    pub frames_joined: u64,
 }
 
 /// One rank's machine `P` driven over the transport `T`: see the [module docs](self).
@@ -110,6 +120,9 @@ pub struct Driver<P: Protocol, T: Transport> {
     transport: T,
     origin: WallInstant,
     buf: Vec<u8>,
+    /// The frame polled after a control frame, to send with it if it carries a
+    /// payload to the same peer ([`Transport::send_then_parts`]).
+    ahead: Vec<u8>,
     events: VecDeque<(Instant, P::Event)>,
     stats: DriverStats,
     idle_sleep: StdDuration,
@@ -149,6 +162,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             transport,
             origin,
             buf: vec![0; wire::frame_capacity(n)],
+            ahead: vec![0; wire::frame_capacity(n)],
             events: VecDeque::new(),
             stats: DriverStats::default(),
             idle_sleep: IDLE_SLEEP,
@@ -230,10 +244,20 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// One round of the backend loop; returns whether it received a frame (if not, the
     /// caller may wait: [`Driver::wait_idle`]). A due timer fires too. It reads the
     /// clock once, and the round's other time checks reuse that read.
+    ///
+    /// A round stops receiving as soon as a frame gave the machine news for the caller
+    /// (an event), and leaves the transport's send progress to the next round, so the
+    /// caller sees the news without another call into the transport. That call may
+    /// cost a whole scheduling rotation: Open MPI's progress yields the CPU when it
+    /// finds nothing to do on an oversubscribed node (`mpi_yield_when_idle`), and a
+    /// destination that had just received its last byte then waited for every other
+    /// rank on its core before it could see its outputs complete.
     pub fn pump(&mut self) -> Result<bool, T::Error> {
         let mut busy = false;
+        let mut news = false;
         let now = self.tick();
-        loop {
+        while !news {
+            let events = self.events.len();
             let machine = &mut self.machine;
             let mut place = |from, head: &[u8], len| machine.place_payload(now, from, head, len);
             match self.transport.try_recv_placing(&mut place)? {
@@ -275,21 +299,26 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             }
             // Answer as we go, so a burst of frames does not hold back replies.
             self.flush(now)?;
+            news = self.events.len() > events;
         }
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {
             self.stats.timeouts += 1;
             self.machine.handle_timeout(now);
         }
         self.flush(now)?;
-        self.transport.progress()?;
+        if !news {
+            self.transport.progress()?;
+        }
         if busy {
             self.last_activity = self.last_tick;
         }
         Ok(busy)
     }
 
-    /// Pumps until `done` (asked after every pump, with the machine and the events
-    /// collected so far) returns a value, or `limit` passes.
+    /// Pumps until `done` (asked first, then after every pump, with the machine and
+    /// the events collected so far) returns a value, or `limit` passes. A condition
+    /// that already holds returns at once, without a call into the transport (see
+    /// [`Driver::pump`] for what one may cost).
     pub fn run_until<V>(
         &mut self,
         what: impl fmt::Display,
@@ -297,6 +326,9 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         mut done: impl FnMut(&P, &mut VecDeque<(Instant, P::Event)>) -> Option<V>,
     ) -> Result<V, DriverError<T::Error>> {
         let start = WallInstant::now();
+        if let Some(value) = done(&self.machine, &mut self.events) {
+            return Ok(value);
+        }
         loop {
             let busy = self.pump().map_err(DriverError::Transport)?;
             if let Some(value) = done(&self.machine, &mut self.events) {
@@ -384,30 +416,52 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         }
     }
 
+    /// Sends every frame the machine has queued, then collects its events. A control
+    /// frame followed by a frame with a payload to the same peer (an activation and
+    /// the data pushed behind it) goes out in one call, [`Transport::send_then_parts`],
+    /// which a transport whose cost is per message sends as one.
     fn flush(&mut self, now: Instant) -> Result<(), T::Error> {
+        // A frame polled into `ahead` that did not join the one before it: sent next.
+        let mut carried = None;
         loop {
-            match self.machine.poll_transmit_parts(now, &mut self.buf) {
-                Ok(Some(TransmitParts {
-                    to,
-                    head,
-                    payload: None,
-                })) => self.transport.send(to, &self.buf[..head])?,
-                Ok(Some(TransmitParts {
-                    to,
-                    head,
+            let frame = match carried.take() {
+                Some(frame) => frame,
+                None => match poll_frame(&mut self.machine, now, &mut self.buf) {
+                    Some(frame) => frame,
+                    None => break,
+                },
+            };
+            let TransmitParts { to, head, payload } = frame;
+            if let Some(payload) = payload {
+                self.count_payload(&payload);
+                self.transport.send_parts(to, &self.buf[..head], &payload)?;
+                continue;
+            }
+            match poll_frame(&mut self.machine, now, &mut self.ahead) {
+                Some(TransmitParts {
+                    to: next,
+                    head: next_head,
                     payload: Some(payload),
-                })) => {
-                    let len = payload.len() as u64;
-                    self.stats.payload_bytes_sent += len;
-                    if self.transport.copies_payload() {
-                        self.stats.payload_bytes_copied += len;
-                    }
-                    self.transport.send_parts(to, &self.buf[..head], &payload)?;
+                }) if next == to => {
+                    self.count_payload(&payload);
+                    self.stats.frames_joined += 1;
+                    self.transport.send_then_parts(
+                        to,
+                        &self.buf[..head],
+                        &self.ahead[..next_head],
+                        &payload,
+                    )?;
                 }
-                Ok(None) => break,
-                // `frame_capacity` fits every frame of the library's machines; a machine
-                // of the caller's may send more: grow to it (the frame stays queued).
-                Err(short) => self.buf.resize(short.needed, 0),
+                other => {
+                    self.transport.send(to, &self.buf[..head])?;
+                    if other.is_some() {
+                        std::mem::swap(&mut self.buf, &mut self.ahead);
+                    }
+                    carried = other;
+                    if carried.is_none() {
+                        break;
+                    }
+                }
             }
         }
         while let Some(event) = self.machine.poll_event() {
@@ -417,6 +471,34 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             self.events.push_back((now, event));
         }
         Ok(())
+    }
+}
+
+impl<P: Protocol, T: Transport> Driver<P, T> {
+    /// Counts a payload the driver hands to the transport.
+    fn count_payload(&mut self, payload: &Bytes) {
+        let len = payload.len() as u64;
+        self.stats.payload_bytes_sent += len;
+        if self.transport.copies_payload() {
+            self.stats.payload_bytes_copied += len;
+        }
+    }
+}
+
+/// The machine's next frame, its head written into `buf` (grown to fit one that does
+/// not: the frame stays queued until then).
+fn poll_frame<P: Protocol>(
+    machine: &mut P,
+    now: Instant,
+    buf: &mut Vec<u8>,
+) -> Option<TransmitParts> {
+    loop {
+        match machine.poll_transmit_parts(now, buf) {
+            Ok(frame) => return frame,
+            // `frame_capacity` fits every frame of the library's machines; a machine
+            // of the caller's may send more.
+            Err(short) => buf.resize(short.needed, 0),
+        }
     }
 }
 

@@ -132,6 +132,23 @@ pub trait Transport {
         frame.extend_from_slice(payload);
         self.send(to, &frame)
     }
+    /// Starts sending `frame`, then the frame made of `head` and `payload`, both to
+    /// `to`: what [`Transport::send`] then [`Transport::send_parts`] do (the default),
+    /// for a transport that can send the two as one message. The driver calls it when
+    /// the machine's next frame after a control frame carries a payload to the same
+    /// peer (a broadcast's activation and the data pushed right behind it), and every
+    /// message saved is a message delay and a receive less per tree edge. The receiver
+    /// must hand the two on as two frames, in this order.
+    fn send_then_parts(
+        &mut self,
+        to: Rank,
+        frame: &[u8],
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(), Self::Error> {
+        self.send(to, frame)?;
+        self.send_parts(to, head, payload)
+    }
     /// Whether [`Transport::send_parts`] copies the payload (the default does).
     fn copies_payload(&self) -> bool {
         true

@@ -44,7 +44,10 @@
 //!    checked and added when the activation arrives; a chunk of one of the last tasks
 //!    forgotten here is late, not early, and is dropped.
 //! 4. A rank activates its children as soon as it is activated itself and knows its
-//!    whole subtree (it need not hold their data yet: they fetch it as it arrives). When
+//!    whole subtree (it need not hold their data yet: they fetch it as it arrives),
+//!    the child with the largest subtree first (its path down is the longest, as MPI's
+//!    binomial broadcast serves it first), each child's activation followed at once by
+//!    the data pushed to it, so a transport may send the two as one message. When
 //!    a rank holds every output it needs in a tree, it **releases** them locally
 //!    ([`BcastEvent::Released`]).
 //!
@@ -127,6 +130,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::fmt;
@@ -343,7 +347,9 @@ impl std::error::Error for BcastError {}
 pub struct Broadcaster {
     cfg: Config,
     dead: RankSet,
-    tasks: BTreeMap<u32, Task>,
+    /// Boxed: a task's state is a few hundred bytes, which the map's nodes would
+    /// otherwise hold inline and move as tasks come and go.
+    tasks: BTreeMap<u32, Box<Task>>,
     out: VecDeque<Outgoing>,
     events: VecDeque<BcastEvent>,
     revoked: bool,
@@ -564,7 +570,7 @@ impl Broadcaster {
             tree.recompute_direct(self.cfg.me, &self.dead);
             t.trees.insert(k as u32, tree);
         }
-        self.tasks.insert(task, t);
+        self.tasks.insert(task, Box::new(t));
         self.progress(task);
         Ok(())
     }

@@ -26,8 +26,8 @@ use ft_core::{
 
 use super::codec::{activation_frames, put_request, Activation, Want};
 use super::state::{
-    absorb_parts, missing_from, stream_chunk, validate_entries, Buffer, Chunk, ChunkPlace, Early,
-    Entry, Outgoing, Parked, TreeState, Waiting,
+    absorb_parts, missing_from, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
+    ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -90,9 +90,9 @@ impl Broadcaster {
             });
         }
         t.waiting.retain(|w| !w.wants.is_empty());
-        // Releases and activations, tree by tree.
-        let mut activations: Vec<(Rank, Vec<u8>)> = Vec::new();
-        let mut pushes: Vec<(Rank, OutputSet)> = Vec::new();
+        // Releases and activations, tree by tree: each child to activate with the size
+        // of its subtree, its activation frames and, if pushed to, its fetch set.
+        let mut activations: Vec<(u32, Rank, Vec<Vec<u8>>, Option<OutputSet>)> = Vec::new();
         let cap = wire::frame_capacity(self.cfg.n) - 32;
         for (&tree_id, tree) in t.trees.iter_mut() {
             if !tree.released && tree.needs.is_subset(&t.complete) {
@@ -108,9 +108,9 @@ impl Broadcaster {
             if !tree.complete_subtree() {
                 continue;
             }
-            // Whose subtree each entry lies in, once per tree and only if a child is
-            // still to activate.
-            let mut owners: Option<Vec<u32>> = None;
+            // Whose subtree each entry lies in, and each subtree's size, once per tree
+            // and only if a child is still to activate.
+            let mut owned: Option<(Vec<u32>, Vec<u32>)> = None;
             for d in 0..tree.direct.len() {
                 let i = tree.direct[d];
                 let e = &tree.entries[i];
@@ -123,11 +123,12 @@ impl Broadcaster {
                 let child = e.child;
                 // Eager push to an original child only: an adopted one (its parent
                 // died) may hold part of its fetch set already and requests the rest.
-                let push = self.cfg.eager_push && e.parent == me;
-                if push {
-                    pushes.push((child, e.fetch.clone()));
-                }
-                let owners = owners.get_or_insert_with(|| tree.owners());
+                let push = (self.cfg.eager_push && e.parent == me).then(|| e.fetch.clone());
+                let (owners, sizes) = owned.get_or_insert_with(|| {
+                    let owners = tree.owners();
+                    let sizes = subtree_sizes(&owners);
+                    (owners, sizes)
+                });
                 let frames = activation_frames(
                     Header {
                         kind: FrameKind::BcastActivate,
@@ -141,27 +142,48 @@ impl Broadcaster {
                     owners,
                     &t.sizes,
                     cap,
-                    push,
+                    push.is_some(),
                 );
                 tree.activated.insert(child);
-                activations.extend(frames.into_iter().map(|f| (child, f)));
+                activations.push((sizes[i], child, frames, push));
             }
         }
-        // A pushed output joins the child's served set like a requested one, so a request
-        // for it (arriving before or after) starts no second stream.
-        for (child, fetch) in pushes {
+        // The largest subtree first (its path to its deepest rank is the longest, as
+        // MPI's binomial broadcast serves it first), and each child's activation
+        // followed at once by the data pushed to it: the activation leaves before any of
+        // its data, and a transport may send the two as one message
+        // (`Transport::send_then_parts`). A pushed output joins the child's served set
+        // like a requested one, so a request for it (arriving before or after) starts no
+        // second stream.
+        activations.sort_by(|a, b| b.0.cmp(&a.0));
+        let (chunk, leaf) = (self.cfg.chunk_bytes, self.cfg.leaf_chunk_bytes);
+        for (size, child, frames, push) in activations {
+            for bytes in frames {
+                self.out.push_back(Outgoing::Frame { to: child, bytes });
+            }
+            let Some(fetch) = push else {
+                continue;
+            };
+            // A child whose subtree holds more than itself relays (the whole subtree
+            // is known: complete_subtree above).
+            let chunk = if size > 1 {
+                chunk
+            } else {
+                leaf.unwrap_or(chunk)
+            };
             let served = t.served.entry(child).or_default();
-            for j in &fetch {
-                if served.insert(j) {
-                    streams.push((child, j, 0));
+            for output in &fetch {
+                if served.insert(output) {
+                    self.out.push_back(Outgoing::Stream {
+                        to: child,
+                        task,
+                        output,
+                        offset: 0,
+                        chunk,
+                    });
                 }
             }
         }
-        // Activations first: a child's activation leaves before any of its data.
-        for (to, bytes) in activations {
-            self.out.push_back(Outgoing::Frame { to, bytes });
-        }
-        let (chunk, leaf) = (self.cfg.chunk_bytes, self.cfg.leaf_chunk_bytes);
         let relays = if streams.is_empty() {
             None
         } else {

@@ -355,7 +355,7 @@ pub(super) struct Task {
     pub(super) sizes: HashMap<u32, u64>,
     pub(super) buffers: HashMap<u32, Buffer>,
     pub(super) complete: OutputSet,
-    pub(super) trees: BTreeMap<u32, TreeState>,
+    pub(super) trees: Trees,
     pub(super) waiting: Vec<Waiting>,
     /// Outputs already streamed (or being streamed) to each rank.
     pub(super) served: HashMap<Rank, OutputSet>,
@@ -372,6 +372,43 @@ pub(super) struct Task {
     /// Payload bytes in `early` (at most [`Config::max_task_bytes`](super::Config)).
     pub(super) early_bytes: u64,
     pub(super) abandoned: bool,
+}
+
+/// A broadcast's trees at this rank, by tree id: a vector kept sorted by id. A rank
+/// takes part in few trees of a task (one per class it is in; the root in all of
+/// them, which it inserts in id order), so a lookup is a binary search over a short
+/// vector and a task's trees sit in one small allocation, where a B-tree map
+/// allocated a node of eleven tree states (about 2.6 KB) for a task of one tree and
+/// moved whole tree states as it grew.
+#[derive(Debug, Default)]
+pub(super) struct Trees(Vec<(u32, TreeState)>);
+
+impl Trees {
+    fn find(&self, id: u32) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&id, |(k, _)| *k)
+    }
+    pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut TreeState> {
+        let at = self.find(*id).ok()?;
+        Some(&mut self.0[at].1)
+    }
+    /// Inserts tree `id`, replacing one already there.
+    pub(super) fn insert(&mut self, id: u32, tree: TreeState) {
+        match self.find(id) {
+            Ok(at) => self.0[at].1 = tree,
+            Err(at) => self.0.insert(at, (id, tree)),
+        }
+    }
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub(super) fn values(&self) -> impl Iterator<Item = &TreeState> {
+        self.0.iter().map(|(_, tree)| tree)
+    }
+    /// The trees in id order.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut TreeState)> {
+        self.0.iter_mut().map(|(id, tree)| (&*id, tree))
+    }
 }
 
 /// Where a data chunk says it belongs: its output, the output's size, its offset.
@@ -490,6 +527,18 @@ impl Task {
                 .collect()
         })
     }
+}
+
+/// Per entry, the size of the subtree it heads among `owners` ([`TreeState::owners`]):
+/// the entries it owns, itself included (0 for an entry no direct child owns).
+pub(super) fn subtree_sizes(owners: &[u32]) -> Vec<u32> {
+    let mut sizes = alloc::vec![0; owners.len()];
+    for &owner in owners {
+        if let Some(size) = sizes.get_mut(owner as usize) {
+            *size += 1;
+        }
+    }
+    sizes
 }
 
 /// The longest chunk of a stream to `to`: `leaf` if set and `to` relays nothing

@@ -1,0 +1,219 @@
+//! What one round of the driver does, over [`MemNet`] with a probe machine: a round
+//! stops receiving once a frame gave the caller news (an event), `run_until` returns
+//! without pumping when its condition already holds, and a control frame followed by a
+//! frame with a payload to the same peer goes out in one call
+//! ([`Transport::send_then_parts`]), the two arriving as two frames in order.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration as StdDuration, Instant as WallInstant};
+
+use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, Transmit, TransmitParts};
+use ft_runtime::{Bytes, Driver, MemNet, MemTransport, Received, Transport};
+
+/// A frame the probe sends: destination, head, payload.
+type Out = (Rank, Vec<u8>, Option<Bytes>);
+
+/// Records the frames it gets; a frame starting with 1 is news (an event); sends what
+/// it is given.
+#[derive(Default)]
+struct Probe {
+    got: Vec<Vec<u8>>,
+    events: VecDeque<u8>,
+    out: VecDeque<Out>,
+}
+
+impl Protocol for Probe {
+    type Event = u8;
+    fn handle_message(
+        &mut self,
+        _now: Instant,
+        _from: Rank,
+        bytes: &[u8],
+    ) -> Result<(), FrameError> {
+        self.got.push(bytes.to_vec());
+        if bytes.first() == Some(&1) {
+            self.events.push_back(1);
+        }
+        Ok(())
+    }
+    fn handle_timeout(&mut self, _now: Instant) {}
+    fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        let Some((to, mut frame, payload)) = self.out.pop_front() else {
+            return Ok(None);
+        };
+        frame.extend_from_slice(payload.as_deref().unwrap_or_default());
+        buf[..frame.len()].copy_from_slice(&frame);
+        Ok(Some(Transmit {
+            to,
+            len: frame.len(),
+        }))
+    }
+    fn poll_transmit_parts(
+        &mut self,
+        _now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        let Some((to, head, payload)) = self.out.pop_front() else {
+            return Ok(None);
+        };
+        buf[..head.len()].copy_from_slice(&head);
+        Ok(Some(TransmitParts {
+            to,
+            head: head.len(),
+            payload,
+        }))
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn poll_event(&mut self) -> Option<u8> {
+        self.events.pop_front()
+    }
+}
+
+/// [`MemTransport`] that records each send call: its name, destination and bytes.
+struct Recording {
+    inner: MemTransport,
+    calls: Arc<Mutex<Vec<(&'static str, Rank, Vec<u8>)>>>,
+}
+
+impl Transport for Recording {
+    type Error = <MemTransport as Transport>::Error;
+    fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+    fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), Self::Error> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("send", to, frame.to_vec()));
+        self.inner.send(to, frame)
+    }
+    fn send_parts(&mut self, to: Rank, head: &[u8], payload: &Bytes) -> Result<(), Self::Error> {
+        let bytes = [head, payload].concat();
+        self.calls.lock().unwrap().push(("send_parts", to, bytes));
+        self.inner.send_parts(to, head, payload)
+    }
+    fn send_then_parts(
+        &mut self,
+        to: Rank,
+        frame: &[u8],
+        head: &[u8],
+        payload: &Bytes,
+    ) -> Result<(), Self::Error> {
+        let bytes = [frame, head, payload].concat();
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("send_then_parts", to, bytes));
+        self.inner.send(to, frame)?;
+        self.inner.send_parts(to, head, payload)
+    }
+    fn try_recv(&mut self) -> Result<Option<Received<'_>>, Self::Error> {
+        self.inner.try_recv()
+    }
+    fn progress(&mut self) -> Result<(), Self::Error> {
+        self.inner.progress()
+    }
+    fn pending_sends(&self) -> usize {
+        self.inner.pending_sends()
+    }
+}
+
+fn received(transport: &mut MemTransport) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    while let Some(Received::Frame { bytes, .. }) = transport.try_recv().unwrap() {
+        frames.push(bytes.to_vec());
+    }
+    frames
+}
+
+#[test]
+fn a_round_stops_receiving_once_a_frame_gave_news() {
+    let net = MemNet::new(2);
+    let mut peer = net.endpoint(1);
+    for frame in [[0, 9], [1, 9], [0, 7]] {
+        peer.send(0, &frame).unwrap();
+    }
+    let mut driver = Driver::new(Probe::default(), net.endpoint(0), WallInstant::now());
+    assert!(driver.pump().unwrap());
+    assert_eq!(
+        driver.machine().got,
+        [[0, 9], [1, 9]],
+        "the third frame waits"
+    );
+    assert_eq!(driver.poll_event().map(|(_, e)| e), Some(1));
+    assert!(driver.pump().unwrap());
+    assert_eq!(driver.machine().got.len(), 3);
+}
+
+#[test]
+fn run_until_returns_at_once_when_its_condition_already_holds() {
+    let net = MemNet::new(2);
+    net.endpoint(1).send(0, &[0, 1]).unwrap();
+    let mut driver = Driver::new(Probe::default(), net.endpoint(0), WallInstant::now());
+    driver
+        .run_until("nothing", StdDuration::from_secs(1), |_, _| Some(()))
+        .unwrap();
+    assert!(driver.machine().got.is_empty(), "no round ran");
+    let got = driver
+        .run_until("a frame", StdDuration::from_secs(5), |probe, _| {
+            (!probe.got.is_empty()).then_some(probe.got.len())
+        })
+        .unwrap();
+    assert_eq!(got, 1);
+}
+
+#[test]
+fn a_control_frame_and_the_payload_frame_behind_it_to_the_same_peer_go_out_together() {
+    let net = MemNet::new(3);
+    let calls = Arc::default();
+    let transport = Recording {
+        inner: net.endpoint(0),
+        calls: Arc::clone(&calls),
+    };
+    let data = |b: &'static [u8]| Some(Bytes::from_static(b));
+    let mut probe = Probe::default();
+    probe.out.extend([
+        (1, vec![10, 1], None),
+        (1, vec![20, 1], data(b"abc")), // joins the frame before it
+        (1, vec![11, 1], None),
+        (2, vec![12, 2], None), // alone: the next frame goes to another peer
+        (1, vec![21, 1], data(b"de")),
+        (2, vec![13, 2], None), // alone: nothing follows
+    ]);
+    let mut driver = Driver::new(probe, transport, WallInstant::now());
+    driver.command(|_, _| ()).unwrap();
+    let calls: Vec<(&str, Rank, Vec<u8>)> = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [
+            ("send_then_parts", 1, b"\x0a\x01\x14\x01abc".to_vec()),
+            ("send", 1, vec![11, 1]),
+            ("send", 2, vec![12, 2]),
+            ("send_parts", 1, b"\x15\x01de".to_vec()),
+            ("send", 2, vec![13, 2]),
+        ]
+    );
+    assert_eq!(driver.stats().frames_joined, 1);
+    assert_eq!(driver.stats().payload_bytes_sent, 5);
+    // Two frames each, in the order the machine sent them.
+    assert_eq!(
+        received(&mut net.endpoint(1)),
+        [
+            vec![10, 1],
+            b"\x14\x01abc".to_vec(),
+            vec![11, 1],
+            b"\x15\x01de".to_vec()
+        ]
+    );
+    assert_eq!(received(&mut net.endpoint(2)), [vec![12, 2], vec![13, 2]]);
+}
