@@ -68,13 +68,15 @@ static GLOBAL: Counting = Counting;
 const BYTES_PER_ENTRY: usize = 256;
 /// Bytes per tree the rank is in (its tree state, ancestors, tables' empty headers).
 const BYTES_PER_TREE: usize = 1024;
-/// Bytes per task: the task's maps and buffers' headers, and two B-tree nodes of 11
-/// slots each (the machine's task map, 11 tasks of 248 bytes, and the task's tree map,
-/// 11 trees of 232 bytes), which a task with one tree pays in full.
-const BYTES_PER_TASK: usize = 8 << 10;
-/// Bytes a machine may keep after `forget`: the task map's emptied root node and its
-/// queues' capacity.
-const BYTES_KEPT: isize = 6 << 10;
+/// Bytes per task: the task's state (boxed, about 250 bytes) and its vectors of output
+/// sizes, buffers and trees (`protocol::state::IdMap`). (Until session 10 a task paid
+/// two B-tree nodes of 11 slots in full, the machine's task map holding tasks inline
+/// and the task's tree map holding trees inline, plus hash tables for its sizes and
+/// buffers, and the bound was 8 KiB.)
+const BYTES_PER_TASK: usize = 2 << 10;
+/// Bytes a machine may keep after `forget`: the task map's emptied root node (11
+/// slots of a task id and a box) and its queues' capacity. (6 KiB until session 10.)
+const BYTES_KEPT: isize = 2 << 10;
 
 /// Payload bytes of every output.
 const PAYLOAD: u64 = 64;

@@ -76,10 +76,13 @@ impl Protocol for Probe {
     }
 }
 
-/// [`MemTransport`] that records each send call: its name, destination and bytes.
+/// A send call: its name, destination and bytes.
+type Call = (&'static str, Rank, Vec<u8>);
+
+/// [`MemTransport`] that records each send call.
 struct Recording {
     inner: MemTransport,
-    calls: Arc<Mutex<Vec<(&'static str, Rank, Vec<u8>)>>>,
+    calls: Arc<Mutex<Vec<Call>>>,
 }
 
 impl Transport for Recording {
@@ -192,7 +195,7 @@ fn a_control_frame_and_the_payload_frame_behind_it_to_the_same_peer_go_out_toget
     ]);
     let mut driver = Driver::new(probe, transport, WallInstant::now());
     driver.command(|_, _| ()).unwrap();
-    let calls: Vec<(&str, Rank, Vec<u8>)> = calls.lock().unwrap().clone();
+    let calls: Vec<Call> = calls.lock().unwrap().clone();
     assert_eq!(
         calls,
         [

@@ -21,13 +21,12 @@
 //! broadcast's state.
 
 use alloc::vec::Vec;
-use hashbrown::HashMap;
 
 use bytes::Bytes;
 use ft_core::wire::{self, FrameKind, Header, Reader, Writer};
 use ft_core::{FrameError, Instant, Rank};
 
-use super::state::{Chunk, ChunkPlace, Entry, TreeState};
+use super::state::{Chunk, ChunkPlace, Entry, IdMap, TreeState};
 use super::Broadcaster;
 use crate::outputs::OutputSet;
 
@@ -315,7 +314,7 @@ pub(super) fn activation_frames(
     tree: &TreeState,
     at: usize,
     owners: &[u32],
-    sizes: &HashMap<u32, u64>,
+    sizes: &IdMap<u64>,
     cap: usize,
     data_follows: bool,
 ) -> Vec<Vec<u8>> {

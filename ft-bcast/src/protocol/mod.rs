@@ -522,6 +522,9 @@ impl Broadcaster {
             }
         }
         let mut t = Task::default();
+        t.sizes.reserve_exact(payloads.len());
+        t.buffers.reserve_exact(payloads.len());
+        t.trees.reserve_exact(plan.trees().len());
         for (j, data) in payloads.into_iter().enumerate() {
             let j = j as u32;
             t.sizes.insert(j, data.len() as u64);

@@ -57,8 +57,7 @@ impl Broadcaster {
         }
         super::serve::check_chunk(size, at.offset, len as u64).ok()?;
         t.buffers
-            .entry(at.output)
-            .or_default()
+            .get_or_default(at.output)
             .claim(size, at.offset, len)
     }
 

@@ -32,6 +32,15 @@ use super::state::{
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
 
+/// A child a round of `progress` activates: the size of its subtree (itself
+/// included), its activation frames, and the outputs pushed to it, if any.
+struct Activating {
+    subtree: u32,
+    child: Rank,
+    frames: Vec<Vec<u8>>,
+    push: Option<OutputSet>,
+}
+
 impl Broadcaster {
     /// Asks `to` for `outputs` of `task` (in `tree`), each from the end of the prefix
     /// this rank holds contiguously (from 0 if it holds none): never past a byte it
@@ -92,7 +101,7 @@ impl Broadcaster {
         t.waiting.retain(|w| !w.wants.is_empty());
         // Releases and activations, tree by tree: each child to activate with the size
         // of its subtree, its activation frames and, if pushed to, its fetch set.
-        let mut activations: Vec<(u32, Rank, Vec<Vec<u8>>, Option<OutputSet>)> = Vec::new();
+        let mut activations: Vec<Activating> = Vec::new();
         let cap = wire::frame_capacity(self.cfg.n) - 32;
         for (&tree_id, tree) in t.trees.iter_mut() {
             if !tree.released && tree.needs.is_subset(&t.complete) {
@@ -145,7 +154,12 @@ impl Broadcaster {
                     push.is_some(),
                 );
                 tree.activated.insert(child);
-                activations.push((sizes[i], child, frames, push));
+                activations.push(Activating {
+                    subtree: sizes[i],
+                    child,
+                    frames,
+                    push,
+                });
             }
         }
         // The largest subtree first (its path to its deepest rank is the longest, as
@@ -155,9 +169,15 @@ impl Broadcaster {
         // (`Transport::send_then_parts`). A pushed output joins the child's served set
         // like a requested one, so a request for it (arriving before or after) starts no
         // second stream.
-        activations.sort_by(|a, b| b.0.cmp(&a.0));
+        activations.sort_by_key(|a| core::cmp::Reverse(a.subtree));
         let (chunk, leaf) = (self.cfg.chunk_bytes, self.cfg.leaf_chunk_bytes);
-        for (size, child, frames, push) in activations {
+        for Activating {
+            subtree,
+            child,
+            frames,
+            push,
+        } in activations
+        {
             for bytes in frames {
                 self.out.push_back(Outgoing::Frame { to: child, bytes });
             }
@@ -166,7 +186,7 @@ impl Broadcaster {
             };
             // A child whose subtree holds more than itself relays (the whole subtree
             // is known: complete_subtree above).
-            let chunk = if size > 1 {
+            let chunk = if subtree > 1 {
                 chunk
             } else {
                 leaf.unwrap_or(chunk)
@@ -477,7 +497,7 @@ impl Broadcaster {
             self.stats.received_bytes_duplicate += len as u64;
             return Ok(());
         }
-        let buffer = t.buffers.entry(output).or_default();
+        let buffer = t.buffers.get_or_default(output);
         let (before, kept_before) = (buffer.held(), buffer.bytes_kept());
         let chunk = chunk.keep(&mut self.stats);
         let complete = buffer.add(size, offset, chunk, &mut self.stats);

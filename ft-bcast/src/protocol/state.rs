@@ -61,9 +61,20 @@ impl TreeState {
         self.entries.len() == self.expected
     }
 
-    pub(super) fn append(&mut self, part: Vec<Entry>) {
+    pub(super) fn append(&mut self, mut part: Vec<Entry>) {
         let room = self.expected.saturating_sub(self.entries.len());
-        for e in part.into_iter().take(room) {
+        part.truncate(room);
+        if self.entries.is_empty() {
+            // The whole subtree at once (the usual case): its vector becomes the
+            // tree's, and only the index is built.
+            self.index.reserve(part.len());
+            for (k, e) in part.iter().enumerate() {
+                self.index.insert(e.child, k);
+            }
+            self.entries = part;
+            return;
+        }
+        for e in part {
             self.index.insert(e.child, self.entries.len());
             self.entries.push(e);
         }
@@ -352,10 +363,10 @@ pub(super) struct Waiting {
 
 #[derive(Debug, Default)]
 pub(super) struct Task {
-    pub(super) sizes: HashMap<u32, u64>,
-    pub(super) buffers: HashMap<u32, Buffer>,
+    pub(super) sizes: IdMap<u64>,
+    pub(super) buffers: IdMap<Buffer>,
     pub(super) complete: OutputSet,
-    pub(super) trees: Trees,
+    pub(super) trees: IdMap<TreeState>,
     pub(super) waiting: Vec<Waiting>,
     /// Outputs already streamed (or being streamed) to each rank.
     pub(super) served: HashMap<Rank, OutputSet>,
@@ -374,40 +385,84 @@ pub(super) struct Task {
     pub(super) abandoned: bool,
 }
 
-/// A broadcast's trees at this rank, by tree id: a vector kept sorted by id. A rank
-/// takes part in few trees of a task (one per class it is in; the root in all of
-/// them, which it inserts in id order), so a lookup is a binary search over a short
-/// vector and a task's trees sit in one small allocation, where a B-tree map
-/// allocated a node of eleven tree states (about 2.6 KB) for a task of one tree and
-/// moved whole tree states as it grew.
-#[derive(Debug, Default)]
-pub(super) struct Trees(Vec<(u32, TreeState)>);
+/// Values by a small id (an output's index, a tree's id), in a vector kept sorted by
+/// id: a task's output sizes, its output buffers and its trees. A rank takes part in
+/// few trees of a task (one per class it is in; the root in all of them, which it
+/// inserts in id order) and a task has few outputs, so a lookup is a binary search over
+/// a short vector, and a task's entries sit in one small allocation each, where a hash
+/// table allocated its buckets (a few hundred bytes for one buffer) and a B-tree map a
+/// node of eleven tree states (about 2.6 KB) for a task of one tree, and moved whole
+/// tree states as it grew.
+#[derive(Debug)]
+pub(super) struct IdMap<V>(Vec<(u32, V)>);
 
-impl Trees {
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap(Vec::new())
+    }
+}
+
+impl<V> IdMap<V> {
     fn find(&self, id: u32) -> Result<usize, usize> {
         self.0.binary_search_by_key(&id, |(k, _)| *k)
     }
-    pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut TreeState> {
+    /// Puts `value` at `at`; the first entry gets room for itself alone (most tasks
+    /// have one tree here; a vector's first growth would make room for four).
+    fn put(&mut self, at: usize, id: u32, value: V) {
+        if self.0.capacity() == 0 {
+            self.0.reserve_exact(1);
+        }
+        self.0.insert(at, (id, value));
+    }
+    pub(super) fn get(&self, id: &u32) -> Option<&V> {
+        let at = self.find(*id).ok()?;
+        Some(&self.0[at].1)
+    }
+    pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut V> {
         let at = self.find(*id).ok()?;
         Some(&mut self.0[at].1)
     }
-    /// Inserts tree `id`, replacing one already there.
-    pub(super) fn insert(&mut self, id: u32, tree: TreeState) {
+    pub(super) fn contains_key(&self, id: &u32) -> bool {
+        self.find(*id).is_ok()
+    }
+    /// Sets `id`'s value, replacing one already there.
+    pub(super) fn insert(&mut self, id: u32, value: V) {
         match self.find(id) {
-            Ok(at) => self.0[at].1 = tree,
-            Err(at) => self.0.insert(at, (id, tree)),
+            Ok(at) => self.0[at].1 = value,
+            Err(at) => self.put(at, id, value),
         }
+    }
+    /// `id`'s value, a default one inserted first if it has none.
+    pub(super) fn get_or_default(&mut self, id: u32) -> &mut V
+    where
+        V: Default,
+    {
+        let at = match self.find(id) {
+            Ok(at) => at,
+            Err(at) => {
+                self.put(at, id, V::default());
+                at
+            }
+        };
+        &mut self.0[at].1
+    }
+    /// Room for `more` entries (the root, which knows its trees' count).
+    pub(super) fn reserve_exact(&mut self, more: usize) {
+        self.0.reserve_exact(more);
     }
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.0.len()
     }
-    pub(super) fn values(&self) -> impl Iterator<Item = &TreeState> {
-        self.0.iter().map(|(_, tree)| tree)
+    pub(super) fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
     }
-    /// The trees in id order.
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut TreeState)> {
-        self.0.iter_mut().map(|(id, tree)| (&*id, tree))
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+    /// The entries in id order.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut V)> {
+        self.0.iter_mut().map(|(id, v)| (&*id, v))
     }
 }
 

@@ -805,7 +805,7 @@ fn out_of_order_chunks_complete_an_output_within_its_size() {
     }
     assert_eq!(m.output(5, 0).map(<[u8]>::len), Some(size as usize));
     assert!(held_bytes(&m) <= size as usize, "{}", held_bytes(&m));
-    assert!(m.tasks[&5].buffers[&0].ahead.is_empty());
+    assert!(m.tasks[&5].buffers.get(&0).unwrap().ahead.is_empty());
 }
 
 #[test]
@@ -1624,7 +1624,7 @@ fn landed_chunks_join_without_a_copy_and_mixed_ones_with_one() {
             .unwrap();
         m.handle_message_placed(now, 0, &head(at), filled).unwrap();
         if at == 0 {
-            first = m.tasks[&5].buffers[&0].piece(0, 1000);
+            first = m.tasks[&5].buffers.get(&0).unwrap().piece(0, 1000);
         }
     }
     let whole = m.output_bytes(5, 0).expect("complete");
