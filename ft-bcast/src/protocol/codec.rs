@@ -326,23 +326,26 @@ pub(super) fn activation_frames(
         .filter(|&(_, &owner)| owner == at as u32)
         .map(|(d, _)| d)
         .collect();
-    let mut ancestors: Vec<Rank> = Vec::with_capacity(MAX_ANCESTORS + 1);
-    if tree.ancestors.len() + 1 > MAX_ANCESTORS {
-        ancestors.push(tree.ancestors[0]);
+    // The child's ancestors: this rank's, then this rank. A chain longer than
+    // MAX_ANCESTORS keeps the root and the nearest ones.
+    let (root, nearest) = if tree.ancestors.len() + 1 > MAX_ANCESTORS {
         let skip = tree.ancestors.len() + 1 - (MAX_ANCESTORS - 1);
-        ancestors.extend_from_slice(&tree.ancestors[skip..]);
+        (tree.ancestors.first().copied(), &tree.ancestors[skip..])
     } else {
-        ancestors.extend_from_slice(&tree.ancestors);
-    }
-    ancestors.push(head.sender);
+        (None, &tree.ancestors[..])
+    };
+    let ancestors = root
+        .into_iter()
+        .chain(nearest.iter().copied())
+        .chain(core::iter::once(head.sender));
 
     let mut frames = Vec::new();
     let mut w = head.start();
     w.put_varint(tree_id.into());
     w.put_varint(if data_follows { DATA_FOLLOWS } else { 0 });
-    w.put_varint(ancestors.len() as u64);
+    w.put_varint((usize::from(root.is_some()) + nearest.len() + 1) as u64);
     let mut used = wire::HEADER_LEN + 5 + 1 + 5;
-    for &a in &ancestors {
+    for a in ancestors {
         w.put_rank(a);
         used += varint_len(a.into());
     }

@@ -1666,3 +1666,29 @@ fn landed_chunks_join_without_a_copy_and_mixed_ones_with_one() {
         (2000, 1000, 3000)
     );
 }
+
+#[test]
+fn a_chain_deeper_than_the_ancestors_carried_keeps_the_root_and_the_nearest() {
+    // Chain 0 -> 1 -> ... -> 79: rank 79 has 79 ancestors, more than an activation
+    // carries; it keeps the root and the MAX_ANCESTORS - 1 nearest, its parent last.
+    let n = 80;
+    let spec = PlanSpec::new(n, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("A", 100, (1..n).collect::<Vec<Rank>>()));
+    let net = run_with(spec, &[], 1, true).expect("every rank gets its output");
+    let last = net.ranks[79].as_ref().unwrap();
+    let tree = last.tasks[&5]
+        .trees
+        .values()
+        .next()
+        .expect("rank 79 is in the tree");
+    let ancestors = &tree.ancestors;
+    assert_eq!(ancestors.len(), super::codec::MAX_ANCESTORS);
+    assert_eq!(ancestors[0], 0, "the root first");
+    let nearest: Vec<Rank> = (79 - (super::codec::MAX_ANCESTORS as Rank - 1)..79).collect();
+    assert_eq!(
+        &ancestors[1..],
+        &nearest[..],
+        "then the nearest, its parent last"
+    );
+}
