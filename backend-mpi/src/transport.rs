@@ -475,7 +475,10 @@ impl MpiTransport {
     /// messages of one [`MpiTransport::send_parts`]: `frame` rides at the front of the
     /// head's message ([`JOINED_HEAD_TAG`], or [`JOINED_TAG`] when the payload is
     /// copied), so an activation and the data pushed behind it cost one small message,
-    /// not two. [`TransportStats::frames_joined`] counts them.
+    /// not two. [`TransportStats::frames_joined`] counts them. When that message would
+    /// not fit a receive slot (every rank's are [`ft_core::wire::frame_capacity`] bytes:
+    /// a large activation), the two go as [`MpiTransport::send`] and
+    /// [`MpiTransport::send_parts`] do.
     ///
     /// # Panics
     /// As [`MpiTransport::send_parts`].
@@ -487,6 +490,10 @@ impl MpiTransport {
         payload: &Bytes,
     ) -> Result<(), MpiError> {
         self.check_peer(to);
+        if joined_len(frame.len(), head.len(), payload.len()) > self.ring.capacity {
+            self.send_copied(to, &[frame], FRAME_TAG)?;
+            return self.send_payload_frame(to, None, head, payload);
+        }
         self.stats.frames_joined += 1;
         self.send_payload_frame(to, Some(frame), head, payload)
     }
@@ -1414,6 +1421,15 @@ fn test_some(
     (code, done)
 }
 
+/// The length of the message [`MpiTransport::send_then_parts`] sends for a frame of
+/// `frame` bytes followed by a head of `head` bytes and a payload of `payload` bytes:
+/// the frame's length and bytes, then the head and either the payload (copied, under
+/// [`COPY_BELOW`]) or its length (the payload follows as its own message).
+fn joined_len(frame: usize, head: usize, payload: usize) -> usize {
+    let behind = if payload < COPY_BELOW { payload } else { 4 };
+    4 + frame + head + behind
+}
+
 /// The length of the frame at the front of a joined message ([`JOINED_TAG`],
 /// [`JOINED_HEAD_TAG`]), if the message holds it whole.
 fn joined_front(message: &[u8]) -> Option<usize> {
@@ -1429,4 +1445,35 @@ fn null_request() -> ffi::MPI_Request {
 fn empty_status() -> ffi::MPI_Status {
     // SAFETY: `MPI_Status` is a C struct of integers; all zeroes is a valid value.
     unsafe { std::mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_joined_message_fits_a_receive_slot_or_is_not_joined() {
+        let capacity = wire::frame_capacity(8);
+        // An activation of a few dozen bytes and a chunk's head: a small message.
+        assert_eq!(joined_len(45, 26, 65_536), 4 + 45 + 26 + 4);
+        assert_eq!(
+            joined_len(45, 26, 100),
+            4 + 45 + 26 + 100,
+            "a copied payload"
+        );
+        // The largest activation frame the broadcaster makes (its cap is the frame
+        // capacity less 32 bytes) cannot ride in front of a head in one slot.
+        assert!(joined_len(capacity - 32, 26, 65_536) > capacity);
+    }
+
+    #[test]
+    fn the_front_of_a_joined_message_must_lie_within_it() {
+        let mut message = 3u32.to_le_bytes().to_vec();
+        message.extend_from_slice(b"abcde");
+        assert_eq!(joined_front(&message), Some(3));
+        message[0] = 6;
+        assert_eq!(joined_front(&message), None, "longer than what follows");
+        assert_eq!(joined_front(&[1, 0]), None, "no length");
+        assert_eq!(joined_front(&0u32.to_le_bytes()), Some(0));
+    }
 }
