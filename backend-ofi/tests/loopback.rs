@@ -382,12 +382,19 @@ fn oversized_frames_are_reported_and_the_transport_keeps_working() {
 ///
 /// With `victim_connects`, rank 2 receives for a while first (connections up, frames in
 /// flight when it leaves); without, it leaves right after publishing its name.
+///
+/// The survivors' sending window runs from when rank 2 starts leaving, not from when
+/// its drop returned: `tcp;ofi_rxm` (libfabric 1.17) was seen to spin in the
+/// endpoint's `fi_close` for as long as connected peers kept sending to it (a CI run
+/// hung here, rank 2 inside `fi_close` at 100 % CPU, ranks 0 and 1 still sending), so
+/// a window that waited for the drop to return never ended.
 fn survivors_keep_sending_to_a_peer_that_left(test: &str, victim_connects: bool) {
     const N: u32 = 3;
     const VICTIM: Rank = 2;
     const KEEP_SENDING: Duration = Duration::from_millis(1500);
     const STALL: Duration = Duration::from_secs(2);
     const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+    let victim_leaving = AtomicUsize::new(0);
     let victim_gone = AtomicUsize::new(0);
     let rounds_sent = [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
     let survivors_done = AtomicUsize::new(0);
@@ -411,6 +418,7 @@ fn survivors_keep_sending_to_a_peer_that_left(test: &str, victim_connects: bool)
                     assert!(start.elapsed() < LIMIT, "victim stuck: {t:?}");
                 }
                 eprintln!("{test}: victim leaves: {:?}", t.stats());
+                victim_leaving.store(1, Ordering::SeqCst);
                 drop(t);
                 victim_gone.store(1, Ordering::SeqCst);
                 return;
@@ -443,7 +451,7 @@ fn survivors_keep_sending_to_a_peer_that_left(test: &str, victim_connects: bool)
                 seq += 1;
                 pump(&mut t);
                 thread::sleep(Duration::from_micros(500));
-                if victim_gone.load(Ordering::SeqCst) == 1 {
+                if victim_leaving.load(Ordering::SeqCst) == 1 {
                     let gone_at = *gone_at.get_or_insert_with(Instant::now);
                     if gone_at.elapsed() >= KEEP_SENDING {
                         break;
