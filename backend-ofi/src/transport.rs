@@ -79,7 +79,10 @@
 //! - every buffer handed to libfabric (a posted send or receive, a send's shared payload
 //!   through its `Bytes` clone, a read's target buffer) stays alive, unmoved (boxed, or
 //!   shared and immutable), until its completion is read or the endpoint is closed;
-//!   `Drop` closes the endpoint, then the registrations, before any buffer is freed;
+//!   `Drop` closes the endpoint, then the registrations, before any buffer is freed.
+//!   Closing may take as long as connected peers keep sending to this endpoint:
+//!   `tcp;ofi_rxm` (libfabric 1.17) was seen spinning in `fi_close` until they stopped
+//!   (the loopback test `a_peer_that_leaves_after_connecting_is_a_dropped_frame`);
 //! - a registered payload stays alive and unchanged (a `Bytes` clone in its
 //!   registration) until its MR is closed, and the MR is closed only when no transfer
 //!   uses it (every receiver done or taken for dead) or at `Drop`;
