@@ -169,15 +169,7 @@ impl RankStack {
         mut spec: PlanSpec,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), StackError> {
-        if self.node.is_stopped() {
-            return Err(StackError::Node(NodeError::Stopped));
-        }
-        let n = self.bcast_config.n;
-        if spec.ranks != n || spec.failed.universe() != n {
-            return Err(StackError::Bcast(BcastError::WrongSize {
-                plan: spec.ranks,
-            }));
-        }
+        self.check_start(&spec)?;
         spec.failed.union_with(&self.node.view().known_failed());
         let plan = Plan::build(spec).map_err(StackError::Spec)?;
         self.broadcaster_mut(now)
@@ -199,21 +191,29 @@ impl RankStack {
         plan: &Plan,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), StackError> {
-        if self.node.is_stopped() {
-            return Err(StackError::Node(NodeError::Stopped));
-        }
         let spec = plan.spec();
-        if spec.ranks != self.bcast_config.n || spec.failed.universe() != self.bcast_config.n {
-            return Err(StackError::Bcast(BcastError::WrongSize {
-                plan: spec.ranks,
-            }));
-        }
+        self.check_start(spec)?;
         if !self.node.view().known_failed().is_subset(&spec.failed) {
             return self.start_broadcast(now, task, spec.clone(), payloads);
         }
         self.broadcaster_mut(now)
             .start_broadcast(now, task, plan, payloads)
             .map_err(StackError::Bcast)
+    }
+
+    /// What both ways of starting a broadcast refuse first: a stopped rank, and a
+    /// broadcast planned for another communicator size.
+    fn check_start(&self, spec: &PlanSpec) -> Result<(), StackError> {
+        if self.node.is_stopped() {
+            return Err(StackError::Node(NodeError::Stopped));
+        }
+        let n = self.bcast_config.n;
+        if spec.ranks != n || spec.failed.universe() != n {
+            return Err(StackError::Bcast(BcastError::WrongSize {
+                plan: spec.ranks,
+            }));
+        }
+        Ok(())
     }
 
     /// [`Node::validate_local`].

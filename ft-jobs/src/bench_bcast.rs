@@ -163,9 +163,8 @@ pub struct Case {
     pub bytes: u64,
     /// Number of outputs.
     pub outputs: u32,
-    /// The broadcast.
-    pub spec: PlanSpec,
-    /// Its plan, built once per case (unless `--plan-per-rep`).
+    /// The broadcast's plan ([`Case::spec`] is its spec), built once per case and
+    /// started from in every repetition (unless `--plan-per-rep`).
     pub plan: Plan,
     /// Whether each repetition plans anew (`--plan-per-rep`).
     pub plan_per_rep: bool,
@@ -186,10 +185,10 @@ impl Case {
         strategy: Strategy,
         plan_per_rep: bool,
     ) -> Self {
-        let spec = case_spec(n, bytes, outputs, strategy);
-        let plan = Plan::build(spec.clone()).expect("a bench case is a valid broadcast");
+        let plan = Plan::build(case_spec(n, bytes, outputs, strategy))
+            .expect("a bench case is a valid broadcast");
         let needs = (0..outputs)
-            .filter(|&j| spec.outputs[j as usize].dests.contains(&me))
+            .filter(|&j| plan.spec().outputs[j as usize].dests.contains(&me))
             .collect();
         // The payload of "broadcast" `outputs`: the same bytes whatever the task id.
         let payloads = (0..outputs)
@@ -198,7 +197,6 @@ impl Case {
         Case {
             bytes,
             outputs,
-            spec,
             plan,
             plan_per_rep,
             needs,
@@ -206,16 +204,21 @@ impl Case {
         }
     }
 
+    /// The broadcast.
+    pub fn spec(&self) -> &PlanSpec {
+        self.plan.spec()
+    }
+
     /// Whether rank `me` is the root.
     fn is_root(&self, me: Rank) -> bool {
-        me == self.spec.root
+        me == self.spec().root
     }
 
     /// At the root (`me`), what [`stack_rep`] starts a repetition with; elsewhere
     /// nothing.
     pub fn start(&self, me: Rank) -> Option<Start> {
         self.is_root(me).then(|| Start {
-            spec: self.plan_per_rep.then(|| self.spec.clone()),
+            spec: self.plan_per_rep.then(|| self.spec().clone()),
             payloads: self.payloads.clone(),
         })
     }
@@ -223,8 +226,8 @@ impl Case {
     /// Output `j`'s root and destinations, in rank order (the members of its plain
     /// broadcast: an `MPI_Bcast` communicator, a two-sided tree).
     pub fn members(&self, j: u32) -> Vec<Rank> {
-        let mut members = vec![self.spec.root];
-        members.extend_from_slice(&self.spec.outputs[j as usize].dests);
+        let mut members = vec![self.spec().root];
+        members.extend_from_slice(&self.spec().outputs[j as usize].dests);
         members
     }
 
@@ -250,7 +253,7 @@ impl Case {
             "rank": 0,
             "bytes": self.bytes,
             "outputs": self.outputs,
-            "strategy": self.spec.strategy.name(),
+            "strategy": self.spec().strategy.name(),
             "plan": if self.plan_per_rep { "per_rep" } else { "per_case" },
             "n": n,
             "reps": reps,
@@ -332,8 +335,8 @@ fn raw_trees(case: &Case, me: Rank) -> Vec<(Option<Rank>, Vec<Rank>)> {
     (0..case.outputs)
         .map(|j| {
             let edges = ft_bcast::tree_edges(
-                case.spec.topology,
-                case.spec.root,
+                case.spec().topology,
+                case.spec().root,
                 &case.members(j),
                 &ft_bcast::NoFailures,
             );
@@ -642,8 +645,11 @@ mod tests {
         assert_eq!(start.payloads.len(), 4);
         assert!(once.start(3).is_none(), "only the root starts");
         let each = Case::new(8, 0, 1024, 4, Strategy::PerClass, true);
-        assert_eq!(each.start(0).and_then(|s| s.spec), Some(each.spec.clone()));
-        assert_eq!(once.plan.spec(), &once.spec);
+        assert_eq!(
+            each.start(0).and_then(|s| s.spec),
+            Some(each.spec().clone())
+        );
+        assert_eq!(once.spec(), &case_spec(8, 1024, 4, Strategy::PerClass));
     }
 
     #[test]

@@ -454,13 +454,11 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                 }
                 other => {
                     self.transport.send(to, &self.buf[..head])?;
-                    if other.is_some() {
-                        std::mem::swap(&mut self.buf, &mut self.ahead);
-                    }
-                    carried = other;
-                    if carried.is_none() {
+                    let Some(next) = other else {
                         break;
-                    }
+                    };
+                    std::mem::swap(&mut self.buf, &mut self.ahead);
+                    carried = Some(next);
                 }
             }
         }
@@ -472,9 +470,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         }
         Ok(())
     }
-}
 
-impl<P: Protocol, T: Transport> Driver<P, T> {
     /// Counts a payload the driver hands to the transport.
     fn count_payload(&mut self, payload: &Bytes) {
         let len = payload.len() as u64;

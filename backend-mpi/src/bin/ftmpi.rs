@@ -485,7 +485,7 @@ fn bench_bcast(
             .collect();
         let mut buffers: Vec<Vec<u8>> = (0..case.outputs as usize)
             .map(|j| {
-                if me == case.spec.root {
+                if me == case.spec().root {
                     case.payloads[j].to_vec()
                 } else {
                     vec![0; case.bytes as usize]

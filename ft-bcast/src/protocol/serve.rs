@@ -26,8 +26,8 @@ use ft_core::{
 
 use super::codec::{activation_frames, put_request, Activation, Want};
 use super::state::{
-    absorb_parts, missing_from, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
-    ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
+    absorb_parts, chunk_for, missing_from, stream_chunk, subtree_sizes, validate_entries, Buffer,
+    Chunk, ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -186,11 +186,7 @@ impl Broadcaster {
             };
             // A child whose subtree holds more than itself relays (the whole subtree
             // is known: complete_subtree above).
-            let chunk = if subtree > 1 {
-                chunk
-            } else {
-                leaf.unwrap_or(chunk)
-            };
+            let chunk = chunk_for(subtree > 1, chunk, leaf);
             let served = t.served.entry(child).or_default();
             for output in &fetch {
                 if served.insert(output) {

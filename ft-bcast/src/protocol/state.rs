@@ -596,16 +596,23 @@ pub(super) fn subtree_sizes(owners: &[u32]) -> Vec<u32> {
     sizes
 }
 
-/// The longest chunk of a stream to `to`: `leaf` if set and `to` relays nothing
-/// (`relays` as [`Task::relays`] gives it), else `chunk`.
+/// The longest chunk of a stream to `to`, as [`chunk_for`] says, `to` relaying if
+/// `relays` (as [`Task::relays`] gives it: none when every stream takes `chunk`) holds
+/// it.
 pub(super) fn stream_chunk(
     relays: Option<&HashSet<Rank>>,
     to: Rank,
     chunk: usize,
     leaf: Option<usize>,
 ) -> usize {
-    match (relays, leaf) {
-        (Some(relays), Some(leaf)) if !relays.contains(&to) => leaf,
+    chunk_for(relays.is_none_or(|r| r.contains(&to)), chunk, leaf)
+}
+
+/// The longest chunk of a stream to a rank that `relays` (forwards the data) or not:
+/// `leaf` if set and it relays nothing, else `chunk`.
+pub(super) fn chunk_for(relays: bool, chunk: usize, leaf: Option<usize>) -> usize {
+    match leaf {
+        Some(leaf) if !relays => leaf,
         _ => chunk,
     }
 }
