@@ -386,12 +386,24 @@ fn latency_job_reports_its_ratios() {
 }
 
 #[test]
-fn bench_bcast_times_the_stack_beside_mpi_bcast() {
+fn bench_bcast_times_the_stack_beside_mpi_bcast_and_the_activation_floor() {
     // A smoke run (the figures come from longer runs, see the README).
     let lines = run(3, conformance::BENCH_BCAST_SMOKE.args);
     check_lines(&conformance::BENCH_BCAST_SMOKE, &lines);
     for line in lines.iter().filter(|l| l.get("bytes").is_some()) {
         assert!(line["ratio_to_mpi_bcast"].as_f64().unwrap() > 0.0, "{line}");
+        // The activation floor is timed beside them, its bytes checked as theirs.
+        assert!(
+            line["median_us"]["activation_floor"].as_f64().unwrap() > 0.0,
+            "{line}"
+        );
+        assert!(
+            line["activation_floor_ratio_to_mpi_bcast"]
+                .as_f64()
+                .unwrap()
+                > 0.0,
+            "{line}"
+        );
     }
 }
 

@@ -248,6 +248,20 @@ impl Case {
     /// {"stack", BASE}, "gbytes_per_s": {"stack", BASE}, RATIO}` where `RATIO` is
     /// `"ratio_to_" + BASE`: the stack's median over the baseline's.
     pub fn line(&self, n: u32, reps: u32, stack_us: f64, base: &str, base_us: f64) -> String {
+        self.line_with(n, reps, stack_us, base, base_us, &[])
+    }
+
+    /// [`Case::line`] with more timed ways beside the stack: each `(name, us)` adds
+    /// `name` to `"median_us"` and `"gbytes_per_s"`, and `"{name}_ratio_to_" + BASE`.
+    pub fn line_with(
+        &self,
+        n: u32,
+        reps: u32,
+        stack_us: f64,
+        base: &str,
+        base_us: f64,
+        others: &[(&str, f64)],
+    ) -> String {
         let gbps = |us: f64| self.total_bytes() as f64 / (us * 1e3);
         let mut line = json!({
             "rank": 0,
@@ -261,6 +275,11 @@ impl Case {
             "gbytes_per_s": {"stack": gbps(stack_us), base: gbps(base_us)},
         });
         line[format!("ratio_to_{base}")] = Value::from(stack_us / base_us);
+        for &(name, us) in others {
+            line["median_us"][name] = Value::from(us);
+            line["gbytes_per_s"][name] = Value::from(gbps(us));
+            line[format!("{name}_ratio_to_{base}")] = Value::from(us / base_us);
+        }
         line.to_string()
     }
 }
@@ -329,9 +348,10 @@ pub fn release<T: Transport>(driver: &mut RankDriver<T>, task: u32) -> Result<()
         .map_err(|e| e.to_string())
 }
 
-/// Per output of a case, this rank's place in the two-sided baseline's binomial tree:
-/// its parent (`None` at the root or off the tree) and children.
-fn raw_trees(case: &Case, me: Rank) -> Vec<(Option<Rank>, Vec<Rank>)> {
+/// Per output of a case, this rank's place in a plain broadcast's binomial tree over
+/// that output's members (the two-sided baseline's, `ftmpi`'s activation floor's): its
+/// parent (`None` at the root or off the tree) and children.
+pub fn raw_trees(case: &Case, me: Rank) -> Vec<(Option<Rank>, Vec<Rank>)> {
     (0..case.outputs)
         .map(|j| {
             let edges = ft_bcast::tree_edges(

@@ -335,10 +335,13 @@ pub const BENCH_BCAST_SMOKE: Scenario = Scenario {
             format!("other lines from ranks {ranks:?}")
         })?;
         for line in cases {
-            let medians = line["median_us"].as_object().map(|m| m.len());
-            expect(medians == Some(2), || {
-                format!("two medians expected: {line}")
-            })?;
+            // The stack's and the baseline's, and a backend may time more ways
+            // (`ftmpi`'s activation floor).
+            let medians = line["median_us"].as_object();
+            expect(
+                medians.is_some_and(|m| m.len() >= 2 && m.contains_key("stack")),
+                || format!("the stack's median and a baseline's expected: {line}"),
+            )?;
             let positive = |v: &Value| v.as_f64().is_some_and(|x| x > 0.0 && x.is_finite());
             let ratio = line
                 .as_object()

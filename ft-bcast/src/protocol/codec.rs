@@ -305,10 +305,11 @@ impl Broadcaster {
 }
 
 /// The activation of the child at `tree.entries[at]`, split into frames of at most
-/// `cap` bytes: a `BcastActivate` (saying [`DATA_FOLLOWS`] if `data_follows`) and as
-/// many `BcastSubtree` as the subtree needs.
+/// `cap` bytes and appended to `frames`: a `BcastActivate` (saying [`DATA_FOLLOWS`] if
+/// `data_follows`) and as many `BcastSubtree` as the subtree needs.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn activation_frames(
+    frames: &mut Vec<Vec<u8>>,
     head: Header,
     tree_id: u32,
     tree: &TreeState,
@@ -317,15 +318,16 @@ pub(super) fn activation_frames(
     sizes: &IdMap<u64>,
     cap: usize,
     data_follows: bool,
-) -> Vec<Vec<u8>> {
+) {
     let e = &tree.entries[at];
-    // The child's descendants, parent-first (`owners`: `TreeState::owners`).
-    let subtree: Vec<&Entry> = tree.entries[at + 1..]
+    // The child's descendants, parent-first (`owners`: `TreeState::owners`), walked
+    // twice (to count them, then to write them) rather than collected.
+    let subtree = tree.entries[at + 1..]
         .iter()
         .zip(&owners[at + 1..])
-        .filter(|&(_, &owner)| owner == at as u32)
-        .map(|(d, _)| d)
-        .collect();
+        .filter(move |&(_, &owner)| owner == at as u32)
+        .map(|(d, _)| d);
+    let count = subtree.clone().count();
     // The child's ancestors: this rank's, then this rank. A chain longer than
     // MAX_ANCESTORS keeps the root and the nearest ones.
     let (root, nearest) = if tree.ancestors.len() + 1 > MAX_ANCESTORS {
@@ -339,7 +341,6 @@ pub(super) fn activation_frames(
         .chain(nearest.iter().copied())
         .chain(core::iter::once(head.sender));
 
-    let mut frames = Vec::new();
     let mut w = head.start();
     w.put_varint(tree_id.into());
     w.put_varint(if data_follows { DATA_FOLLOWS } else { 0 });
@@ -357,29 +358,33 @@ pub(super) fn activation_frames(
         w.put_varint(s);
         used += varint_len(s);
     }
-    w.put_varint(subtree.len() as u64);
+    w.put_varint(count as u64);
     used += 10;
-    let mut rest: &[&Entry] = &subtree;
+    let mut rest = subtree;
+    let mut left = count;
     let mut sent = 0usize;
     let mut batch_start = used;
     loop {
         let mut take = 0;
         let mut size = batch_start + 5;
-        while take < rest.len() && size + entry_len(rest[take]) <= cap {
-            size += entry_len(rest[take]);
+        for d in rest.clone() {
+            size += entry_len(d);
+            if size > cap {
+                break;
+            }
             take += 1;
         }
         // An entry always fits an empty frame (a few dozen bytes per output).
-        let take = take.max(usize::from(!rest.is_empty()));
+        let take = take.max(usize::from(left > 0));
         w.put_varint(take as u64);
-        for d in &rest[..take] {
+        for d in rest.by_ref().take(take) {
             put_entry(&mut w, d);
         }
         frames.push(w.finish());
-        rest = &rest[take..];
+        left -= take;
         sent += take;
-        if rest.is_empty() {
-            return frames;
+        if left == 0 {
+            return;
         }
         w = Header {
             kind: FrameKind::BcastSubtree,

@@ -33,11 +33,12 @@ use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
 
 /// A child a round of `progress` activates: the size of its subtree (itself
-/// included), its activation frames, and the outputs pushed to it, if any.
+/// included), where its activation frames lie in the round's encoded frames, and the
+/// outputs pushed to it, if any.
 struct Activating {
     subtree: u32,
     child: Rank,
-    frames: Vec<Vec<u8>>,
+    frames: core::ops::Range<usize>,
     push: Option<OutputSet>,
 }
 
@@ -102,6 +103,8 @@ impl Broadcaster {
         // Releases and activations, tree by tree: each child to activate with the size
         // of its subtree, its activation frames and, if pushed to, its fetch set.
         let mut activations: Vec<Activating> = Vec::new();
+        // Every activation frame of the round, children's runs one after another.
+        let mut encoded: Vec<Vec<u8>> = Vec::new();
         let cap = wire::frame_capacity(self.cfg.n) - 32;
         for (&tree_id, tree) in t.trees.iter_mut() {
             if !tree.released && tree.needs.is_subset(&t.complete) {
@@ -138,7 +141,9 @@ impl Broadcaster {
                     let sizes = subtree_sizes(&owners);
                     (owners, sizes)
                 });
-                let frames = activation_frames(
+                let first = encoded.len();
+                activation_frames(
+                    &mut encoded,
                     Header {
                         kind: FrameKind::BcastActivate,
                         comm: self.cfg.comm,
@@ -157,7 +162,7 @@ impl Broadcaster {
                 activations.push(Activating {
                     subtree: sizes[i],
                     child,
-                    frames,
+                    frames: first..encoded.len(),
                     push,
                 });
             }
@@ -178,7 +183,8 @@ impl Broadcaster {
             push,
         } in activations
         {
-            for bytes in frames {
+            for bytes in &mut encoded[frames] {
+                let bytes = core::mem::take(bytes);
                 self.out.push_back(Outgoing::Frame { to: child, bytes });
             }
             let Some(fetch) = push else {

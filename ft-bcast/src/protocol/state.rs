@@ -12,6 +12,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use bytes::{Bytes, BytesMut};
 use hashbrown::{HashMap, HashSet};
+use smallvec::SmallVec;
 
 use ft_core::{FrameError, Landing, Rank, RankSet, Slot};
 
@@ -389,16 +390,17 @@ pub(super) struct Task {
 /// id: a task's output sizes, its output buffers and its trees. A rank takes part in
 /// few trees of a task (one per class it is in; the root in all of them, which it
 /// inserts in id order) and a task has few outputs, so a lookup is a binary search over
-/// a short vector, and a task's entries sit in one small allocation each, where a hash
-/// table allocated its buckets (a few hundred bytes for one buffer) and a B-tree map a
-/// node of eleven tree states (about 2.6 KB) for a task of one tree, and moved whole
-/// tree states as it grew.
+/// a short vector. The first entry sits inline (in the task's own allocation): a task
+/// of one output and one tree, the common case, allocates nothing for its sizes,
+/// buffers and trees, and a larger one one vector each. (A hash table allocated its
+/// buckets, a few hundred bytes for one buffer, and a B-tree map a node of eleven tree
+/// states, about 2.6 KB, for a task of one tree.)
 #[derive(Debug)]
-pub(super) struct IdMap<V>(Vec<(u32, V)>);
+pub(super) struct IdMap<V>(SmallVec<[(u32, V); 1]>);
 
 impl<V> Default for IdMap<V> {
     fn default() -> Self {
-        IdMap(Vec::new())
+        IdMap(SmallVec::new())
     }
 }
 
@@ -406,12 +408,8 @@ impl<V> IdMap<V> {
     fn find(&self, id: u32) -> Result<usize, usize> {
         self.0.binary_search_by_key(&id, |(k, _)| *k)
     }
-    /// Puts `value` at `at`; the first entry gets room for itself alone (most tasks
-    /// have one tree here; a vector's first growth would make room for four).
+    /// Puts `value` at `at`.
     fn put(&mut self, at: usize, id: u32, value: V) {
-        if self.0.capacity() == 0 {
-            self.0.reserve_exact(1);
-        }
         self.0.insert(at, (id, value));
     }
     pub(super) fn get(&self, id: &u32) -> Option<&V> {

@@ -39,6 +39,8 @@
 //!   finalizes, but gives up waiting after [`FINALIZE_LIMIT`] (a rank may have failed
 //!   after this one stopped looking).
 
+mod floor;
+
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
@@ -451,10 +453,12 @@ fn bench_shrink(
 
 /// `ftmpi bench-bcast`: `ft_jobs::bench_bcast`'s cases against one `MPI_Bcast` per
 /// output over a communicator of that output's root and destinations (split once per
-/// case, outside the timing). Each repetition times the stack, then `MPI_Bcast`, each
-/// from a barrier on the world; a repetition's time is the largest over the ranks (an
-/// all-reduce after it). Rank 0 prints one line per case (`Case::line`, baseline
-/// `"mpi_bcast"`); the other ranks one line saying they took part.
+/// case, outside the timing), and beside the activation floor ([`floor`]: the least an
+/// activation-based broadcast costs over MPI point-to-point). Each repetition times
+/// the stack, then `MPI_Bcast`, then the floor, each from a barrier on the world; a
+/// repetition's time is the largest over the ranks (an all-reduce after it). Rank 0
+/// prints one line per case (`Case::line_with`, baseline `"mpi_bcast"`, the floor as
+/// `"activation_floor"`); the other ranks one line saying they took part.
 fn bench_bcast(
     world: &SimpleCommunicator,
     mut driver: RankDriver<MpiTransport>,
@@ -492,7 +496,12 @@ fn bench_bcast(
                 }
             })
             .collect();
-        let mut times: [Vec<f64>; 2] = Default::default();
+        let floor = floor::Floor::new(case, me);
+        let floor_comm = world.duplicate();
+        let mut floor_buffers: Vec<Vec<u8>> = (0..case.outputs)
+            .map(|_| vec![0; case.bytes as usize])
+            .collect();
+        let mut times: [Vec<f64>; 3] = Default::default();
         for rep in 0..bench.reps {
             let start = case.start(me);
             world.barrier();
@@ -512,12 +521,16 @@ fn bench_bcast(
                 }
             }
             times[1].push(worst(since.elapsed().as_secs_f64() * 1e6));
+
+            world.barrier();
+            let mine = floor.rep(&floor_comm, case, &mut floor_buffers, rep)?;
+            times[2].push(worst(mine));
         }
         if !case.stack_delivered(&driver, task - 1)
-            || case
-                .needs
-                .iter()
-                .any(|j| buffers[j as usize][..] != case.payloads[j as usize][..])
+            || case.needs.iter().any(|j| {
+                buffers[j as usize][..] != case.payloads[j as usize][..]
+                    || floor_buffers[j as usize][..] != case.payloads[j as usize][..]
+            })
         {
             return Err(format!(
                 "an output of {} bytes arrived corrupted",
@@ -525,8 +538,15 @@ fn bench_bcast(
             ));
         }
         release(&mut driver, task - 1)?;
-        let [stack, base] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
-        lines.push(case.line(n, bench.reps, stack, "mpi_bcast", base));
+        let [stack, base, floor] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
+        lines.push(case.line_with(
+            n,
+            bench.reps,
+            stack,
+            "mpi_bcast",
+            base,
+            &[("activation_floor", floor)],
+        ));
     }
     let line = if me == 0 {
         lines.join("\n")
