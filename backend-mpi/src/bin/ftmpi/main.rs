@@ -13,7 +13,9 @@
 //! protocol step (`--kill-on`). `ftmpi bench` is this backend's own: it times
 //! `validate_global` against ULFM's `MPIX_Comm_agree` (or, with `--kill R`, one rank,
 //! `MPIX_Comm_shrink`). `ftmpi bench-bcast` is the shared job with this backend's
-//! baseline: one `MPI_Bcast` per output instead of the two-sided broadcast.
+//! baseline: one `MPI_Bcast` per output instead of the two-sided broadcast, and the
+//! activation floor beside it ([`floor`]: the least an activation-based broadcast
+//! costs over MPI point-to-point alone).
 //! `ftmpi send-parts` drives the transport alone: header + payload frames sent in
 //! place (`MpiTransport::send_parts`), checked byte for byte at the receivers.
 //!
