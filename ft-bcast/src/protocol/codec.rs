@@ -42,12 +42,6 @@ pub(super) fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-// The set and entry helpers stay out of line: inlined into `activation_frames`'s loops
-// they made it 11.6 KB of machine code, where it is now 3.9 KB plus 2.4 KB of helpers,
-// and a hop runs cold when ranks share cores (README, session 11: the root's start and
-// a relay's activation 13-18 % faster after 64 MiB of other memory was touched, no
-// change on a warm core).
-#[inline(never)]
 pub(super) fn set_len(set: &OutputSet) -> usize {
     let mut len = varint_len(set.len() as u64);
     let mut prev: Option<u32> = None;
@@ -58,7 +52,6 @@ pub(super) fn set_len(set: &OutputSet) -> usize {
     len
 }
 
-#[inline(never)]
 pub(super) fn put_set(w: &mut Writer, set: &OutputSet) {
     w.put_varint(set.len() as u64);
     let mut prev: Option<u32> = None;
@@ -88,12 +81,10 @@ pub(super) fn read_set(r: &mut Reader<'_>, max: u32) -> Result<OutputSet, FrameE
     Ok(set)
 }
 
-#[inline(never)]
 pub(super) fn entry_len(e: &Entry) -> usize {
     varint_len(e.child.into()) + varint_len(e.parent.into()) + set_len(&e.needs) + set_len(&e.fetch)
 }
 
-#[inline(never)]
 pub(super) fn put_entry(w: &mut Writer, e: &Entry) {
     w.put_rank(e.child).put_rank(e.parent);
     put_set(w, &e.needs);
