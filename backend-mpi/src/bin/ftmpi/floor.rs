@@ -26,6 +26,8 @@
 //! any design that activates its destinations pays on this machine, and the gap between
 //! the stack and the floor what ours adds.
 
+use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::time::Instant as WallInstant;
 
@@ -72,16 +74,27 @@ pub struct Floor {
 impl Floor {
     /// Rank `me`'s place in `case`'s trees.
     pub fn new(case: &Case, me: Rank) -> Self {
+        let spec = case.spec();
         let mut trees = raw_trees(case, me);
         for (j, (_, children)) in trees.iter_mut().enumerate() {
-            // Every rank computes every member's children to know subtree sizes.
-            let members = case.members(j as u32);
-            let sizes = subtree_sizes(case, j as u32, &members);
-            children.sort_by_key(|c| std::cmp::Reverse(sizes(*c)));
+            let edges = ft_bcast::tree_edges(
+                spec.topology,
+                spec.root,
+                &case.members(j as u32),
+                &ft_bcast::NoFailures,
+            );
+            // Edges come parent-first, so one pass from the last adds each subtree's
+            // size into its parent's.
+            let mut size: HashMap<Rank, usize> = HashMap::new();
+            for &(parent, child) in edges.iter().rev() {
+                let below = *size.entry(child).or_insert(1);
+                *size.entry(parent).or_insert(1) += below;
+            }
+            children.sort_by_key(|c| Reverse(size.get(c).copied().unwrap_or(1)));
         }
         Floor {
             trees,
-            root: me == case.spec().root,
+            root: me == spec.root,
         }
     }
 
@@ -159,34 +172,6 @@ impl Floor {
         let took = since.elapsed().as_secs_f64() * 1e6;
         wait_all(&mut sends)?;
         Ok(took)
-    }
-}
-
-/// Output `j`'s subtree size of each member in its binomial tree (itself included).
-fn subtree_sizes(case: &Case, j: u32, members: &[Rank]) -> impl Fn(Rank) -> usize {
-    let mut parent = std::collections::HashMap::new();
-    for &m in members {
-        if let (Some(p), _) = &raw_trees(case, m)[j as usize] {
-            parent.insert(m, *p);
-        }
-    }
-    let members = members.to_vec();
-    move |r| {
-        members
-            .iter()
-            .filter(|&&m| {
-                let mut at = m;
-                loop {
-                    if at == r {
-                        return true;
-                    }
-                    match parent.get(&at) {
-                        Some(&p) => at = p,
-                        None => return false,
-                    }
-                }
-            })
-            .count()
     }
 }
 

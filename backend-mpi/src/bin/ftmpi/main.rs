@@ -477,6 +477,8 @@ fn bench_bcast(
     };
     let mut lines = Vec::new();
     let mut task = 0;
+    // The activation floor's own communicator, so its tags meet nothing else.
+    let floor_comm = world.duplicate();
     for case in &cases {
         // One communicator per output: its root (rank 0 there too) and destinations.
         let comms: Vec<Option<SimpleCommunicator>> = (0..case.outputs)
@@ -499,7 +501,6 @@ fn bench_bcast(
             })
             .collect();
         let floor = floor::Floor::new(case, me);
-        let floor_comm = world.duplicate();
         let mut floor_buffers: Vec<Vec<u8>> = (0..case.outputs)
             .map(|_| vec![0; case.bytes as usize])
             .collect();
