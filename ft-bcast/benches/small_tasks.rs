@@ -8,6 +8,12 @@
 //!   long-lived broadcaster (tiny payloads) and every activation frame encoded into the
 //!   caller's buffer (`poll_transmit`), then `forget`.
 //!
+//! - `start/DxM` and `restart/DxM`: the root's part alone, from plans built once: a
+//!   runtime that keeps a plan per task class. `start` alternates two plans of the same
+//!   spec, so every start derives its trees and frames from the plan; `restart` starts
+//!   from one plan again and again, so every start clones the plan's template (see
+//!   `Broadcaster::start_broadcast`). Each: `start_broadcast`, every frame encoded,
+//!   `forget`.
 //! - `relay/DxM`: the same task at the root's child with the largest subtree: every
 //!   frame the root sent it (activation, subtree parts, the pushed data) handed over
 //!   (`handle_message`), and every frame it then sends its own children encoded
@@ -51,17 +57,28 @@ fn benches(c: &mut Criterion) {
                 let plan = Plan::build(shape::spec(N, black_box(&lists), 64)).unwrap();
                 root.start_broadcast(Instant::ZERO, 1, &plan, payloads.clone())
                     .unwrap();
-                let mut bytes = 0;
-                while let Some(t) = root
-                    .poll_transmit(Instant::ZERO, &mut buf)
-                    .expect("frame_capacity fits")
-                {
-                    bytes += t.len;
-                }
+                let bytes = encode_all(&mut root, &mut buf);
                 root.forget(1);
                 bytes
             })
         });
+        // The root alone, plans built once: derived each time, or from the template.
+        let plans = [0, 1].map(|_| Plan::build(shape::spec(N, &lists, 64)).unwrap());
+        for (name, alternate) in [("start", true), ("restart", false)] {
+            let mut root = Broadcaster::new(Config::new(0, N, 0));
+            let mut task = 0u32;
+            g.bench_function(BenchmarkId::new(name, &id), |b| {
+                b.iter(|| {
+                    task = task.wrapping_add(1);
+                    let plan = &plans[usize::from(alternate) * (task as usize % 2)];
+                    root.start_broadcast(Instant::ZERO, task, plan, payloads.clone())
+                        .unwrap();
+                    let bytes = encode_all(&mut root, &mut buf);
+                    root.forget(task);
+                    bytes
+                })
+            });
+        }
         // The frames the root sends its busiest child, recorded once.
         let plan = Plan::build(shape::spec(N, &lists, 64)).unwrap();
         let mut root = Broadcaster::new(Config::new(0, N, 0));
@@ -93,16 +110,10 @@ fn benches(c: &mut Criterion) {
                 // A new task each time (a forgotten one's late frames are dropped).
                 task = task.wrapping_add(1);
                 for f in &mut frames {
-                    f[EPOCH_AT..EPOCH_AT + 4].copy_from_slice(&task.to_le_bytes());
+                    wire::set_epoch(f, task);
                     relay.handle_message(Instant::ZERO, 0, f).unwrap();
                 }
-                let mut bytes = 0;
-                while let Some(t) = relay
-                    .poll_transmit(Instant::ZERO, &mut buf)
-                    .expect("frame_capacity fits")
-                {
-                    bytes += t.len;
-                }
+                let bytes = encode_all(&mut relay, &mut buf);
                 relay.forget(task);
                 bytes
             })
@@ -111,9 +122,17 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-/// Where a frame header keeps its epoch (the broadcast's task id): after the version,
-/// the kind and the communicator.
-const EPOCH_AT: usize = 6;
+/// Encodes every frame `m` has queued into `buf` (`poll_transmit`); returns their bytes.
+fn encode_all(m: &mut Broadcaster, buf: &mut [u8]) -> usize {
+    let mut bytes = 0;
+    while let Some(t) = m
+        .poll_transmit(Instant::ZERO, buf)
+        .expect("frame_capacity fits")
+    {
+        bytes += t.len;
+    }
+    bytes
+}
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();

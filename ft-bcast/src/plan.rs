@@ -30,6 +30,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use ft_core::Rank;
 
@@ -129,6 +130,16 @@ pub struct Plan {
     /// Output sets referred to by index.
     pub(crate) sets: Vec<OutputSet>,
     pub(crate) stats: Stats,
+    /// This plan's identity ([`Plan::id`]): clones share it, a plan built or repaired
+    /// gets a new one.
+    pub(crate) id: usize,
+}
+
+/// The id of the next plan built ([`Plan::id`]; 0 is never one).
+static NEXT_PLAN_ID: AtomicUsize = AtomicUsize::new(1);
+
+fn next_plan_id() -> usize {
+    NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Iterator over the edges of one tree, parent-first.
@@ -290,6 +301,7 @@ impl Plan {
             explicit: Vec::new(),
             sets: Vec::new(),
             stats: Stats::default(),
+            id: next_plan_id(),
         };
         match plan.spec.strategy {
             Strategy::PerClass => plan.build_per_class(),
@@ -298,6 +310,15 @@ impl Plan {
         }
         plan.stats = plan.compute_stats();
         Ok(plan)
+    }
+
+    /// This plan's identity among the plans of this process: plans are immutable, so
+    /// two with the same id (one a clone of the other) are the same plan, and a
+    /// broadcaster that starts several broadcasts from it reuses what it derived from
+    /// it the first time (see `Broadcaster::start_broadcast`). Ids are not reused
+    /// before `usize::MAX` plans were built.
+    pub fn id(&self) -> usize {
+        self.id
     }
 
     /// The spec the plan was built from.
@@ -482,6 +503,7 @@ impl Plan {
             explicit: Vec::new(),
             sets: self.sets.clone(),
             stats: Stats::default(),
+            id: next_plan_id(),
         };
         // Per tree: the nearest live ancestor-or-self of every member, and the depth of
         // every live member, both filled parent-first.

@@ -183,7 +183,9 @@ impl RankStack {
     /// splits a communicator once and broadcasts over it many times. The plan is used
     /// as it is when it already leaves out every rank this rank knows dead; otherwise
     /// it is built again from its spec with them left out, as `start_broadcast` does,
-    /// so a stale plan never routes through a dead rank this rank knows of.
+    /// so a stale plan never routes through a dead rank this rank knows of. From the
+    /// third start from one plan on, the root's part comes from what the broadcaster
+    /// derived from it before (see [`Broadcaster::start_broadcast`]).
     pub fn start_planned<P: Into<Bytes>>(
         &mut self,
         now: Instant,

@@ -5,7 +5,9 @@
 //! A broadcast (`task`, carried in the header's epoch field) follows a [`Plan`]:
 //!
 //! 1. The root calls [`Broadcaster::start_broadcast`] with the plan and the output
-//!    payloads (opaque bytes). It activates each of its children in every tree.
+//!    payloads (opaque bytes). It activates each of its children in every tree. From
+//!    its third start from one plan on, it starts from what the second left behind
+//!    (module `template`): the same frames, derived once.
 //! 2. **Activation** (`BcastActivate`, continued by `BcastSubtree` when it does not fit
 //!    one frame) tells a child: the tree, its ancestors (root first, the sender last),
 //!    the outputs it needs for itself, the outputs it fetches (its needs plus what its
@@ -120,13 +122,15 @@
 //! requests and outgoing frames); `place`: data chunks received into the output's
 //! buffer; `serve`: answering activations, requests and data,
 //! pushing to and forwarding to children, and the
-//! [`ft_core::Protocol`] face; `repair`: failures and revocation.
+//! [`ft_core::Protocol`] face; `repair`: failures and revocation; `template`: the
+//! root's start from a plan it started from before.
 
 mod codec;
 mod place;
 mod repair;
 mod serve;
 mod state;
+mod template;
 #[cfg(test)]
 mod tests;
 
@@ -144,6 +148,7 @@ use crate::outputs::OutputSet;
 use crate::plan::Plan;
 use crate::spec::Strategy;
 use state::{Buffer, Entry, Outgoing, Task, TreeState};
+use template::RootTemplate;
 
 /// Settings of one rank's broadcaster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -359,6 +364,11 @@ pub struct Broadcaster {
     /// completed) is dropped, not kept as if its activation were still to come.
     forgotten: [Option<u32>; FORGOTTEN],
     next_forgotten: usize,
+    /// The root's start from the plan it last started from twice in a row, for the
+    /// next start from that plan (module `template`).
+    root_template: Option<Box<RootTemplate>>,
+    /// The id of the plan of the root's last start (0: none).
+    last_root_plan: usize,
 }
 
 /// How many forgotten task ids a broadcaster remembers.
@@ -387,6 +397,8 @@ impl Broadcaster {
             stats: BcastStats::default(),
             forgotten: [None; FORGOTTEN],
             next_forgotten: 0,
+            root_template: None,
+            last_root_plan: 0,
         }
     }
 
@@ -427,6 +439,7 @@ impl Broadcaster {
     pub fn set_chunk_bytes(&mut self, bytes: usize) {
         assert!(bytes > 0, "chunks of 0 bytes");
         self.cfg.chunk_bytes = bytes;
+        self.root_template = None;
     }
 
     /// Sets [`Config::leaf_chunk_bytes`] for the streams started from now on.
@@ -436,6 +449,7 @@ impl Broadcaster {
     pub fn set_leaf_chunk_bytes(&mut self, bytes: usize) {
         assert!(bytes > 0, "chunks of 0 bytes");
         self.cfg.leaf_chunk_bytes = Some(bytes);
+        self.root_template = None;
     }
 
     /// Drops everything kept for `task` (its payloads included). Chunks of it that
@@ -466,6 +480,12 @@ impl Broadcaster {
     /// The application hands each payload over once, as a shared buffer ([`Bytes`]; a
     /// `Vec<u8>` converts without a copy): every chunk the root sends is a slice of it,
     /// and the caller may keep clones (they share the bytes).
+    ///
+    /// Keep the plan of a task class and start each of its tasks from it: after two
+    /// starts from one plan ([`Plan::id`]), the broadcaster keeps the root's trees and
+    /// its children's encoded activations, and later starts from that plan clone them
+    /// (2.5–3.5 times faster for 8–64 destinations, `small_tasks` bench) until a rank
+    /// dies or the chunk settings change.
     pub fn start_broadcast<P: Into<Bytes>>(
         &mut self,
         _now: Instant,
@@ -531,6 +551,11 @@ impl Broadcaster {
             t.buffers.insert(j, Buffer::complete(data));
             t.complete.insert(j);
         }
+        if let Some(template) = self.root_template.as_deref().filter(|tpl| tpl.serves(plan)) {
+            template.start(task, &mut t, &mut self.out);
+            self.tasks.insert(task, Box::new(t));
+            return Ok(());
+        }
         // What each destination needs for itself: its class's outputs (they differ from
         // the fetch set only when fetching for descendants).
         let class_needs: HashMap<Rank, &OutputSet> =
@@ -574,7 +599,16 @@ impl Broadcaster {
             t.trees.insert(k as u32, tree);
         }
         self.tasks.insert(task, Box::new(t));
+        let queued = self.out.len();
         self.progress(task);
+        // A second start from one plan: the next ones start from its template.
+        if plan.id() == self.last_root_plan {
+            self.root_template = self
+                .tasks
+                .get(&task)
+                .and_then(|t| RootTemplate::capture(plan, t, self.out.range(queued..)));
+        }
+        self.last_root_plan = plan.id();
         Ok(())
     }
 }

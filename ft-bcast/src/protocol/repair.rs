@@ -23,6 +23,7 @@ impl Broadcaster {
             return;
         }
         self.revoked = true;
+        self.root_template = None;
         let streaming: Vec<u32> = self
             .out
             .iter()
@@ -60,6 +61,8 @@ impl Broadcaster {
         if rank >= self.cfg.n || rank == self.cfg.me || !self.dead.insert(rank) {
             return;
         }
+        // The template's trees and children were derived with `rank` alive.
+        self.root_template = None;
         self.out.retain(|o| match o {
             Outgoing::Frame { to, .. } | Outgoing::Stream { to, .. } => *to != rank,
         });

@@ -30,7 +30,7 @@ pub(super) struct Entry {
 }
 
 /// This rank's place in one tree of one broadcast.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct TreeState {
     /// Where this rank fetches from (itself at the root).
     pub(super) parent: Rank,
@@ -395,7 +395,7 @@ pub(super) struct Task {
 /// buffers and trees, and a larger one one vector each. (A hash table allocated its
 /// buckets, a few hundred bytes for one buffer, and a B-tree map a node of eleven tree
 /// states, about 2.6 KB, for a task of one tree.)
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct IdMap<V>(SmallVec<[(u32, V); 1]>);
 
 impl<V> Default for IdMap<V> {
@@ -551,7 +551,7 @@ pub(super) struct Parked {
     pub(super) chunk: usize,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) enum Outgoing {
     Frame {
         to: Rank,

@@ -13,7 +13,9 @@ use core::num::NonZeroU32;
 use ft_core::wire::{self, FrameKind, Header, Writer, MAX_CHUNK};
 use ft_core::SplitMix;
 use ft_core::{FrameError, Protocol, TransmitParts};
-use proptest::prelude::{any, prop, proptest, ProptestConfig, TestCaseError};
+use proptest::prelude::{
+    any, prop, prop_assert, prop_assert_eq, proptest, ProptestConfig, TestCaseError,
+};
 
 fn payload(j: usize, len: u64) -> Vec<u8> {
     (0..len)
@@ -178,6 +180,35 @@ fn run_with(
     seed: u64,
     eager_push: bool,
 ) -> Result<Net, String> {
+    run_from(spec, kills, seed, eager_push, false)
+}
+
+/// Starts broadcasts 1 and 2 from `plan` at the root `m` and forgets them, their
+/// frames dropped: the second leaves the plan's template behind (module `template`).
+fn warm_up(m: &mut Broadcaster, plan: &Plan, payloads: &[Vec<u8>]) {
+    let mut buf = vec![0; wire::frame_capacity_for(m.cfg.n, LEAF_CHUNK)];
+    for task in [1, 2] {
+        m.start_broadcast(Instant::ZERO, task, plan, payloads.to_vec())
+            .expect("a valid start");
+        while m
+            .poll_transmit_parts(Instant::ZERO, &mut buf)
+            .unwrap()
+            .is_some()
+        {}
+        while m.poll_event().is_some() {}
+        m.forget(task);
+    }
+}
+
+/// [`run_with`], the root first warmed up ([`warm_up`]) if `warm`, so broadcast 5
+/// starts from the plan's template.
+fn run_from(
+    spec: PlanSpec,
+    kills: &[(Rank, usize)],
+    seed: u64,
+    eager_push: bool,
+    warm: bool,
+) -> Result<Net, String> {
     let n = spec.ranks;
     let root = spec.root;
     let plan = Plan::build(spec).map_err(|e| format!("{e}"))?;
@@ -189,6 +220,9 @@ fn run_with(
         .map(|(j, o)| payload(j, o.bytes))
         .collect();
     let mut net = Net::with_push(n, seed, eager_push);
+    if warm {
+        warm_up(net.ranks[root as usize].as_mut().unwrap(), &plan, &payloads);
+    }
     net.ranks[root as usize]
         .as_mut()
         .unwrap()
@@ -944,6 +978,13 @@ fn random_spec(n: u32, m: usize, seed: u64) -> PlanSpec {
     spec.with_failed(&failed).unwrap()
 }
 
+/// [`random_spec`] with strategy and topology number `strategy` and `topology`.
+fn random_shaped_spec(n: u32, m: usize, strategy: usize, topology: usize, seed: u64) -> PlanSpec {
+    random_spec(n, m, seed)
+        .with_strategy(Strategy::ALL[strategy])
+        .with_topology(topologies()[topology])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: if cfg!(debug_assertions) { 48 } else { 2000 }, ..ProptestConfig::default() })]
     /// Random plans, random delivery order, up to 3 ranks killed at random steps:
@@ -956,14 +997,62 @@ proptest! {
         topology in 0usize..4,
         kills in prop::collection::vec((0u32..24, 0usize..100), 0..4),
         seed in any::<u64>(),
+        warm in any::<bool>(),
     ) {
-        let spec = random_spec(n, m, seed)
-            .with_strategy(Strategy::ALL[strategy])
-            .with_topology(topologies()[topology]);
+        let spec = random_shaped_spec(n, m, strategy, topology, seed);
         let root = spec.root;
         let kills: Vec<(Rank, usize)> = kills.into_iter().map(|(r, at)| (r % n, at)).filter(|&(r, _)| r != root).collect();
-        if let Err(e) = run(spec, &kills, seed) {
+        if let Err(e) = run_from(spec, &kills, seed, true, warm) {
             return Err(TestCaseError::fail(e));
+        }
+    }
+
+    /// A root that started twice from a plan starts again from its template: it
+    /// sends byte for byte what a root starting from scratch sends, with any chunk
+    /// settings and push, and after a rank's death (which drops the template) too.
+    #[test]
+    fn a_root_starting_again_from_a_plan_sends_what_a_fresh_root_sends(
+        n in 2u32..24,
+        m in 1usize..5,
+        strategy in 0usize..3,
+        topology in 0usize..4,
+        seed in any::<u64>(),
+        push in any::<bool>(),
+        dead in prop::option::of(0u32..24),
+    ) {
+        let spec = random_shaped_spec(n, m, strategy, topology, seed);
+        let root = spec.root;
+        let plan = Plan::build(spec).unwrap();
+        let payloads: Vec<Vec<u8>> = plan.spec().outputs.iter().enumerate()
+            .map(|(j, o)| payload(j, o.bytes))
+            .collect();
+        let mut cfg = Config::new(9, n, root);
+        let mut chunks = SplitMix::new(seed ^ 0x7e);
+        cfg.chunk_bytes = [MAX_CHUNK, 1000, 4099][chunks.below(3) as usize];
+        cfg.leaf_chunk_bytes = [None, Some(LEAF_CHUNK)][chunks.below(2) as usize];
+        cfg.eager_push = push;
+        let mut warm = Broadcaster::new(cfg);
+        let mut fresh = Broadcaster::new(cfg);
+        warm_up(&mut warm, &plan, &payloads);
+        prop_assert!(warm.root_template.is_some());
+        if let Some(d) = dead.map(|d| d % n).filter(|&d| d != root) {
+            warm.on_rank_failed(Instant::ZERO, d);
+            fresh.on_rank_failed(Instant::ZERO, d);
+            prop_assert!(warm.root_template.is_none());
+        }
+        // Task 5: from the template (or, after a death, from scratch again, which
+        // leaves a new template); task 6: from the template.
+        for task in [5, 6] {
+            let sent = |m: &mut Broadcaster| {
+                m.start_broadcast(Instant::ZERO, task, &plan, payloads.clone()).unwrap();
+                let mut buf = vec![0; wire::frame_capacity_for(n, LEAF_CHUNK)];
+                let mut frames = Vec::new();
+                while let Some(t) = m.poll_transmit_parts(Instant::ZERO, &mut buf).unwrap() {
+                    frames.push((t.to, buf[..t.head].to_vec(), t.payload));
+                }
+                frames
+            };
+            prop_assert_eq!(sent(&mut warm), sent(&mut fresh));
         }
     }
 
