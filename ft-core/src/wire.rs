@@ -274,11 +274,19 @@ impl Header {
 pub trait Sink {
     /// Appends `bytes`.
     fn put_slice(&mut self, bytes: &[u8]);
+    /// Appends one byte (most varints are one: a rank, an output index or a count
+    /// below 128), without the call a copy of a slice of unknown length makes.
+    fn put_byte(&mut self, byte: u8) {
+        self.put_slice(&[byte]);
+    }
 }
 
 impl Sink for Vec<u8> {
     fn put_slice(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
+    }
+    fn put_byte(&mut self, byte: u8) {
+        self.push(byte);
     }
 }
 
@@ -298,6 +306,12 @@ impl Sink for Slice<'_> {
         }
         self.len = end;
     }
+    fn put_byte(&mut self, byte: u8) {
+        if let Some(dst) = self.buf.get_mut(self.len) {
+            *dst = byte;
+        }
+        self.len += 1;
+    }
 }
 
 /// Appends payload fields to a frame started by [`Header::start`] (into a `Vec`) or
@@ -310,7 +324,7 @@ pub struct Writer<S: Sink = Vec<u8>> {
 impl<S: Sink> Writer<S> {
     /// Appends a byte.
     pub fn put_u8(&mut self, v: u8) -> &mut Self {
-        self.sink.put_slice(&[v]);
+        self.sink.put_byte(v);
         self
     }
     /// Appends a little-endian `u32`.
@@ -325,6 +339,10 @@ impl<S: Sink> Writer<S> {
     }
     /// Appends a LEB128 varint.
     pub fn put_varint(&mut self, mut v: u64) -> &mut Self {
+        if v < 0x80 {
+            self.sink.put_byte(v as u8);
+            return self;
+        }
         let mut bytes = [0u8; 10];
         let mut len = 0;
         loop {

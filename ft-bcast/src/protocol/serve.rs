@@ -278,8 +278,10 @@ impl Broadcaster {
                 ));
             }
         }
-        let mut known: HashMap<Rank, OutputSet> = HashMap::new();
-        validate_entries(me, &a.fetch, &a.ancestors, &mut known, &a.entries)?;
+        // The subtree's index, built as its entries are checked (the tree's if the
+        // activation is taken).
+        let mut index: HashMap<Rank, usize> = HashMap::with_capacity(a.entries.len());
+        validate_entries(me, &a.fetch, &a.ancestors, &[], &mut index, &a.entries)?;
 
         let t = self.tasks.entry(task).or_default();
         for &(j, s) in &a.sizes {
@@ -296,10 +298,10 @@ impl Broadcaster {
                 tree.ancestors = a.ancestors;
                 if !tree.complete_subtree() {
                     tree.entries.clear();
-                    tree.index.clear();
+                    tree.index = index;
                     tree.expected = a.expected;
                     tree.source = from;
-                    tree.append(a.entries);
+                    tree.extend_indexed(a.entries);
                 }
                 let missing = missing_from(&tree.fetch, &t.complete);
                 if !missing.is_empty() && tree.requested_from != Some(from) {
@@ -315,8 +317,8 @@ impl Broadcaster {
                     ancestors: a.ancestors,
                     needs: a.needs,
                     fetch: a.fetch,
-                    entries: Vec::new(),
-                    index: HashMap::new(),
+                    entries: a.entries,
+                    index,
                     direct: Vec::new(),
                     expected: a.expected,
                     source: from,
@@ -324,7 +326,6 @@ impl Broadcaster {
                     requested_from: None,
                     released: false,
                 };
-                tree.append(a.entries);
                 let missing = missing_from(&tree.fetch, &t.complete);
                 if !missing.is_empty() {
                     // The parent is the source: it streams the fetch set unasked if

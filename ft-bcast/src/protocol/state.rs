@@ -62,6 +62,16 @@ impl TreeState {
         self.entries.len() == self.expected
     }
 
+    /// Appends `part`, whose children [`validate_entries`] has put in the index.
+    pub(super) fn extend_indexed(&mut self, part: Vec<Entry>) {
+        if self.entries.is_empty() {
+            self.entries = part;
+        } else {
+            self.entries.extend(part);
+        }
+    }
+
+    /// Appends trusted entries (the root's, from its plan), indexing them.
     pub(super) fn append(&mut self, mut part: Vec<Entry>) {
         let room = self.expected.saturating_sub(self.entries.len());
         part.truncate(room);
@@ -639,13 +649,16 @@ pub(super) fn absorb_parts(t: &mut Task, tree_id: u32, me: Rank) -> Result<(), F
             result = Err(FrameError::Malformed("more subtree entries than announced"));
             continue;
         }
-        let mut known: HashMap<Rank, OutputSet> = tree
-            .entries
-            .iter()
-            .map(|e| (e.child, e.fetch.clone()))
-            .collect();
-        match validate_entries(me, &tree.fetch, &tree.ancestors, &mut known, &entries) {
-            Ok(()) => tree.append(entries),
+        let checked = validate_entries(
+            me,
+            &tree.fetch,
+            &tree.ancestors,
+            &tree.entries,
+            &mut tree.index,
+            &entries,
+        );
+        match checked {
+            Ok(()) => tree.extend_indexed(entries),
             Err(e) => result = Err(e),
         }
     }
@@ -657,33 +670,61 @@ pub(super) fn absorb_parts(t: &mut Task, tree_id: u32, me: Rank) -> Result<(), F
     result
 }
 
-/// Checks subtree entries: parent-first (each parent is this rank or an earlier
-/// child), no rank twice, none of this rank's ancestors, and each fetch set within its
-/// parent's.
+/// Checks `part`, the subtree entries that follow `entries` (accepted before, their
+/// children indexed in `index` by position): parent-first (each parent is this rank
+/// or an earlier child), no rank twice, none of this rank's ancestors, and each fetch
+/// set within its parent's. On success `index` holds `part`'s children too (at the
+/// positions they take after `entries`), so the tree's index is built as the entries
+/// are checked; on error it is as it was.
 pub(super) fn validate_entries(
     me: Rank,
     my_fetch: &OutputSet,
     ancestors: &[Rank],
-    known: &mut HashMap<Rank, OutputSet>,
     entries: &[Entry],
+    index: &mut HashMap<Rank, usize>,
+    part: &[Entry],
 ) -> Result<(), FrameError> {
-    for e in entries {
-        if e.child == me || ancestors.contains(&e.child) || known.contains_key(&e.child) {
-            return Err(FrameError::Malformed("subtree names a rank twice"));
+    let base = entries.len();
+    for (k, e) in part.iter().enumerate() {
+        if let Err(error) = check_entry(me, my_fetch, ancestors, entries, index, part, e) {
+            for earlier in &part[..k] {
+                index.remove(&earlier.child);
+            }
+            return Err(error);
         }
-        let parent_fetch = if e.parent == me {
-            my_fetch
-        } else {
-            known
-                .get(&e.parent)
-                .ok_or(FrameError::Malformed("subtree entry before its parent"))?
-        };
-        if !e.fetch.is_subset(parent_fetch) {
-            return Err(FrameError::Malformed(
-                "subtree entry fetches more than its parent",
-            ));
+        index.insert(e.child, base + k);
+    }
+    Ok(())
+}
+
+/// One entry of [`validate_entries`]: `e` against the entries indexed so far.
+fn check_entry(
+    me: Rank,
+    my_fetch: &OutputSet,
+    ancestors: &[Rank],
+    entries: &[Entry],
+    index: &HashMap<Rank, usize>,
+    part: &[Entry],
+    e: &Entry,
+) -> Result<(), FrameError> {
+    if e.child == me || ancestors.contains(&e.child) || index.contains_key(&e.child) {
+        return Err(FrameError::Malformed("subtree names a rank twice"));
+    }
+    let parent_fetch = if e.parent == me {
+        my_fetch
+    } else {
+        let &at = index
+            .get(&e.parent)
+            .ok_or(FrameError::Malformed("subtree entry before its parent"))?;
+        match at.checked_sub(entries.len()) {
+            Some(in_part) => &part[in_part].fetch,
+            None => &entries[at].fetch,
         }
-        known.insert(e.child, e.fetch.clone());
+    };
+    if !e.fetch.is_subset(parent_fetch) {
+        return Err(FrameError::Malformed(
+            "subtree entry fetches more than its parent",
+        ));
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The activation protocol over an in-test network that delivers frames in random
 //! order and notifies failures late, plus frame-level checks of peer input.
 
-use super::codec::{put_request, put_set, read_request, Want, DATA_FOLLOWS};
+use super::codec::{put_entry, put_request, put_set, read_request, Want, DATA_FOLLOWS};
 use super::*;
 use crate::spec::{OutputSpec, PlanSpec};
 use crate::topology::Topology;
@@ -746,6 +746,67 @@ fn held_bytes(m: &Broadcaster) -> usize {
     m.tasks
         .get(&5)
         .map_or(0, |t| t.buffers.values().map(|b| b.bytes_kept()).sum())
+}
+
+/// An entry of a subtree: `child` under `parent`, needing and fetching `fetch`.
+fn entry(child: Rank, parent: Rank, fetch: &[u32]) -> Entry {
+    let fetch: OutputSet = fetch.iter().copied().collect();
+    Entry {
+        child,
+        parent,
+        needs: fetch.clone(),
+        fetch,
+    }
+}
+
+/// A `BcastSubtree` part of tree 0 of task 5 from `from`: `entries` from position
+/// `first`.
+fn subtree_frame(from: Rank, first: u64, entries: &[Entry]) -> Vec<u8> {
+    let mut w = task5(FrameKind::BcastSubtree, from);
+    w.put_varint(0)
+        .put_varint(first)
+        .put_varint(entries.len() as u64);
+    for e in entries {
+        put_entry(&mut w, e);
+    }
+    w.finish()
+}
+
+#[test]
+fn a_bad_subtree_part_is_refused_whole_and_a_good_one_then_completes_the_subtree() {
+    // Rank 1 is activated by 0 with a subtree of 3 entries of which the activation
+    // carries one (2 under 1); the rest comes in parts.
+    let mut m = Broadcaster::new(Config::new(9, 8, 1));
+    let mut w = task5(FrameKind::BcastActivate, 0);
+    w.put_varint(0).put_varint(0).put_varint(1).put_rank(0);
+    put_set(&mut w, &OutputSet::single(0));
+    put_set(&mut w, &OutputSet::single(0));
+    w.put_varint(100).put_varint(3).put_varint(1);
+    put_entry(&mut w, &entry(2, 1, &[0]));
+    m.handle_message(Instant::ZERO, 0, &w.finish()).unwrap();
+    // A part whose second entry fetches an output its parent lacks: refused, and its
+    // first entry (3 under 2, fine by itself) is not kept either.
+    let bad = subtree_frame(0, 1, &[entry(3, 2, &[0]), entry(4, 3, &[1])]);
+    assert!(m.handle_message(Instant::ZERO, 0, &bad).is_err());
+    assert!(m.poll_event().is_none());
+    let tree = &m.tasks[&5].trees.get(&0).unwrap();
+    assert_eq!((tree.entries.len(), tree.index.len()), (1, 1));
+    // The same positions, right this time: the subtree completes and rank 2 is
+    // activated with its own subtree (3 under 2, 4 under 3).
+    let good = subtree_frame(0, 1, &[entry(3, 2, &[0]), entry(4, 3, &[0])]);
+    m.handle_message(Instant::ZERO, 0, &good).unwrap();
+    let tree = &m.tasks[&5].trees.get(&0).unwrap();
+    assert_eq!((tree.entries.len(), tree.index.len()), (3, 3));
+    assert_eq!(tree.index.get(&4), Some(&2));
+    // (It requested its data from 0 on the activation, which did not push.)
+    let mut buf = vec![0; wire::frame_capacity(8)];
+    let mut activated = Vec::new();
+    while let Some(t) = m.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
+        if buf[1] == FrameKind::BcastActivate as u8 {
+            activated.push(t.to);
+        }
+    }
+    assert_eq!(activated, [2]);
 }
 
 #[test]
