@@ -112,6 +112,35 @@ impl OutputSet {
         }
     }
 
+    /// `self \ other`, word by word.
+    pub fn difference(&self, other: &OutputSet) -> OutputSet {
+        let theirs = other.words();
+        let left = |(i, &a): (usize, &u64)| a & !theirs.get(i).copied().unwrap_or(0);
+        match &self.0 {
+            Repr::Inline(mine) => {
+                let mut words = [0; INLINE_WORDS];
+                for (w, l) in words.iter_mut().zip(mine.iter().enumerate().map(left)) {
+                    *w = l;
+                }
+                OutputSet(Repr::Inline(words))
+            }
+            Repr::Heap(mine) => {
+                let words: Vec<u64> = mine.iter().enumerate().map(left).collect();
+                match words.iter().rposition(|w| *w != 0) {
+                    // The heap form only while a member is past the inline words.
+                    Some(last) if last >= INLINE_WORDS => {
+                        OutputSet(Repr::Heap(words[..=last].into()))
+                    }
+                    _ => {
+                        let mut inline = [0; INLINE_WORDS];
+                        inline.copy_from_slice(&words[..INLINE_WORDS]);
+                        OutputSet(Repr::Inline(inline))
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether every member of `self` is in `other`.
     pub fn is_subset(&self, other: &OutputSet) -> bool {
         self.first_not_in(other).is_none()
@@ -224,6 +253,9 @@ mod tests {
             prop_assert!(u.iter().eq(ma.union(&mb).copied()));
             let rebuilt: OutputSet = ma.union(&mb).copied().collect();
             prop_assert_eq!(&u, &rebuilt, "equal members, equal representation");
+            let d = sa.difference(&sb);
+            let rebuilt: OutputSet = ma.difference(&mb).copied().collect();
+            prop_assert_eq!(&d, &rebuilt, "equal members, equal representation");
             for i in 0..400 { prop_assert_eq!(sa.contains(i), ma.contains(&i)); }
         }
     }

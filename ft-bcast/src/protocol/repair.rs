@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 
 use ft_core::{Instant, Rank};
 
-use super::state::{missing_from, Outgoing};
+use super::state::Outgoing;
 use super::{BcastError, BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
 
@@ -82,7 +82,7 @@ impl Broadcaster {
                             Some(k) => {
                                 tree.parent = tree.ancestors[k];
                                 tree.ancestors.truncate(k + 1);
-                                let missing = missing_from(&tree.fetch, &t.complete);
+                                let missing = tree.fetch.difference(&t.complete);
                                 if !missing.is_empty() {
                                     tree.requested_from = Some(tree.parent);
                                     requests.push((tree.parent, tree_id, missing));

@@ -26,8 +26,8 @@ use ft_core::{
 
 use super::codec::{activation_frames, put_request, Activation, Want};
 use super::state::{
-    absorb_parts, chunk_for, missing_from, stream_chunk, subtree_sizes, validate_entries, Buffer,
-    Chunk, ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
+    absorb_parts, chunk_for, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
+    ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -303,7 +303,7 @@ impl Broadcaster {
                     tree.source = from;
                     tree.extend_indexed(a.entries);
                 }
-                let missing = missing_from(&tree.fetch, &t.complete);
+                let missing = tree.fetch.difference(&t.complete);
                 if !missing.is_empty() && tree.requested_from != Some(from) {
                     tree.requested_from = Some(from);
                     if !a.data_follows {
@@ -326,7 +326,7 @@ impl Broadcaster {
                     requested_from: None,
                     released: false,
                 };
-                let missing = missing_from(&tree.fetch, &t.complete);
+                let missing = tree.fetch.difference(&t.complete);
                 if !missing.is_empty() {
                     // The parent is the source: it streams the fetch set unasked if
                     // data follows, else once asked.

@@ -625,11 +625,6 @@ pub(super) fn chunk_for(relays: bool, chunk: usize, leaf: Option<usize>) -> usiz
     }
 }
 
-/// `want \ held`.
-pub(super) fn missing_from(want: &OutputSet, held: &OutputSet) -> OutputSet {
-    want.iter().filter(|&j| !held.contains(j)).collect()
-}
-
 /// Appends the buffered parts of tree `tree_id` that continue its subtree, in order;
 /// drops parts that can no longer fit. A part that fails validation is dropped and
 /// reported.
