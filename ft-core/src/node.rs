@@ -12,8 +12,10 @@
 //! # Revoke
 //!
 //! [`Node::revoke`] marks the communicator revoked and floods a [`FrameKind::Revoke`]
-//! frame over the circulant graph (peers at `i ± 2^k`, skipping ranks known dead); each
-//! rank forwards it once, on first receipt, and raises [`NodeEvent::Revoked`]. Flooding
+//! frame, which names the rank that revoked (a rank varint), over the circulant graph
+//! (peers at `i ± 2^k`, skipping ranks known dead); each rank forwards it once, on
+//! first receipt, and raises [`NodeEvent::Revoked`] with that rank, whichever peer the
+//! frame came from. Flooding
 //! (about `2·log2 n` frames per rank, once per communicator) reaches every survivor as
 //! long as the live part of the circulant graph stays connected, which with `2·log2 n`
 //! disjoint-offset edges per rank takes far more deaths than a run of adjacent ranks.
@@ -349,7 +351,7 @@ impl Node {
         &mut self,
         now: Instant,
         header: &Header,
-        payload: Reader<'_>,
+        mut payload: Reader<'_>,
     ) -> Result<(), FrameError> {
         match header.kind.family() {
             Family::Detector => {
@@ -359,8 +361,10 @@ impl Node {
                 result
             }
             Family::Revoke => {
+                // The rank that revoked, not the peer that forwarded it.
+                let by = payload.rank()?;
                 payload.finish()?;
-                self.mark_revoked(header.sender);
+                self.mark_revoked(by);
                 Ok(())
             }
             // Bcast frames belong to the broadcast layer stacked above this node.
@@ -405,7 +409,7 @@ impl Protocol for Node {
                 return Ok(Some(t));
             }
         }
-        let Some(&to) = self.revoke_out.front() else {
+        let (Some(&to), Some(by)) = (self.revoke_out.front(), self.revoked_by) else {
             return Ok(None);
         };
         let header = Header {
@@ -414,7 +418,9 @@ impl Protocol for Node {
             epoch: 0,
             sender: self.view.rank(),
         };
-        let len = header.write_into(buf).finish()?;
+        let mut w = header.write_into(buf);
+        w.put_rank(by);
+        let len = w.finish()?;
         self.revoke_out.pop_front();
         Ok(Some(Transmit { to, len }))
     }
@@ -544,7 +550,9 @@ mod tests {
                 .filter(|e| matches!(e, NodeEvent::Revoked { .. }))
                 .collect();
             assert_eq!(revokes.len(), 1, "rank {r}");
-            assert!(nodes[r].revoked_by().is_some());
+            // The rank that revoked, whichever neighbour forwarded it first.
+            assert_eq!(nodes[r].revoked_by(), Some(7), "rank {r}");
+            assert!(matches!(revokes[0], NodeEvent::Revoked { by: 7 }));
         }
         assert_eq!(
             nodes[3].validate_global(now),
