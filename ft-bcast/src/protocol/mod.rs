@@ -147,7 +147,7 @@ use ft_core::{Instant, Rank, RankSet};
 use crate::outputs::OutputSet;
 use crate::plan::Plan;
 use crate::spec::Strategy;
-use state::{Buffer, Entry, Outgoing, Task, TreeState};
+use state::{index_of, Buffer, Entry, Outgoing, Task, TreeState};
 use template::RootTemplate;
 
 /// Settings of one rank's broadcaster.
@@ -587,14 +587,13 @@ impl Broadcaster {
                 fetch: everything.clone(),
                 expected: entries.len(),
                 source: self.cfg.me,
-                entries: Vec::new(),
-                index: HashMap::new(),
+                index: index_of(&entries),
+                entries,
                 direct: Vec::new(),
                 activated: HashSet::new(),
                 requested_from: None,
                 released: true,
             };
-            tree.append(entries);
             tree.recompute_direct(self.cfg.me, &self.dead);
             t.trees.insert(k as u32, tree);
         }

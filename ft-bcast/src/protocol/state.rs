@@ -71,26 +71,6 @@ impl TreeState {
         }
     }
 
-    /// Appends trusted entries (the root's, from its plan), indexing them.
-    pub(super) fn append(&mut self, mut part: Vec<Entry>) {
-        let room = self.expected.saturating_sub(self.entries.len());
-        part.truncate(room);
-        if self.entries.is_empty() {
-            // The whole subtree at once (the usual case): its vector becomes the
-            // tree's, and only the index is built.
-            self.index.reserve(part.len());
-            for (k, e) in part.iter().enumerate() {
-                self.index.insert(e.child, k);
-            }
-            self.entries = part;
-            return;
-        }
-        for e in part {
-            self.index.insert(e.child, self.entries.len());
-            self.entries.push(e);
-        }
-    }
-
     /// For each entry (by position), the position of the entry of `direct` whose subtree
     /// it lies in (itself for an entry of `direct`), or `u32::MAX` for none (a dead
     /// entry between this rank and its direct descendants). One pass, parent-first: an
@@ -663,6 +643,17 @@ pub(super) fn absorb_parts(t: &mut Task, tree_id: u32, me: Rank) -> Result<(), F
     t.parts
         .retain(|p| p.0 != tree_id || (p.2 > len && p.1 == source && !complete));
     result
+}
+
+/// Each entry's child and its position: the index of trusted entries (the root's,
+/// from its plan); peers' entries are indexed as they are checked
+/// ([`validate_entries`]).
+pub(super) fn index_of(entries: &[Entry]) -> HashMap<Rank, usize> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(k, e)| (e.child, k))
+        .collect()
 }
 
 /// Checks `part`, the subtree entries that follow `entries` (accepted before, their

@@ -26,6 +26,7 @@
 //! memory.
 
 use alloc::boxed::Box;
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
@@ -78,12 +79,7 @@ impl RootTemplate {
     /// Fills `task_state` (its sizes and buffers set from the payloads) with the
     /// template's trees and served sets, and queues the template's frames and streams
     /// on `out` as broadcast `task`'s.
-    pub(super) fn start(
-        &self,
-        task: u32,
-        task_state: &mut Task,
-        out: &mut alloc::collections::VecDeque<Outgoing>,
-    ) {
+    pub(super) fn start(&self, task: u32, task_state: &mut Task, out: &mut VecDeque<Outgoing>) {
         task_state.trees = self.trees.clone();
         task_state.served = self.served.clone();
         out.extend(self.out.iter().map(|o| match o {

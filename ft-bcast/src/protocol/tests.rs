@@ -17,6 +17,12 @@ use proptest::prelude::{
     any, prop, prop_assert, prop_assert_eq, proptest, ProptestConfig, TestCaseError,
 };
 
+/// Each output's payload ([`payload`]) for `plan`.
+fn payloads_of(plan: &Plan) -> Vec<Vec<u8>> {
+    let outputs = plan.spec().outputs.iter().enumerate();
+    outputs.map(|(j, o)| payload(j, o.bytes)).collect()
+}
+
 fn payload(j: usize, len: u64) -> Vec<u8> {
     (0..len)
         .map(|i| (i as usize * 31 + j * 7 + (i as usize >> 16)) as u8)
@@ -212,13 +218,7 @@ fn run_from(
     let n = spec.ranks;
     let root = spec.root;
     let plan = Plan::build(spec).map_err(|e| format!("{e}"))?;
-    let payloads: Vec<Vec<u8>> = plan
-        .spec()
-        .outputs
-        .iter()
-        .enumerate()
-        .map(|(j, o)| payload(j, o.bytes))
-        .collect();
+    let payloads = payloads_of(&plan);
     let mut net = Net::with_push(n, seed, eager_push);
     if warm {
         warm_up(net.ranks[root as usize].as_mut().unwrap(), &plan, &payloads);
@@ -1084,9 +1084,7 @@ proptest! {
         let spec = random_shaped_spec(n, m, strategy, topology, seed);
         let root = spec.root;
         let plan = Plan::build(spec).unwrap();
-        let payloads: Vec<Vec<u8>> = plan.spec().outputs.iter().enumerate()
-            .map(|(j, o)| payload(j, o.bytes))
-            .collect();
+        let payloads = payloads_of(&plan);
         let mut cfg = Config::new(9, n, root);
         let mut chunks = SplitMix::new(seed ^ 0x7e);
         cfg.chunk_bytes = [MAX_CHUNK, 1000, 4099][chunks.below(3) as usize];
