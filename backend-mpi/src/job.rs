@@ -63,6 +63,9 @@ impl JobTransport for MpiTransport {
             ("placed_mismatched", s.placed_mismatched),
             ("frames_joined", s.frames_joined),
             ("joined_received", s.joined_received),
+            ("heads_sent_early", s.heads_sent_early),
+            ("heads_received_early", s.heads_received_early),
+            ("withdrawn", s.withdrawn),
         ]
     }
     fn saw_failure(&self) -> bool {

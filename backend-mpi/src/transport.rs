@@ -46,6 +46,19 @@
 //!   sender that dies first loses the frame ([`TransportStats::lost_in_transfer`]). A
 //!   payload may complete after a later whole frame from its sender: the protocols do
 //!   not rely on a pair's frames keeping their order;
+//! - **a head sent ahead of its payload** ([`MpiTransport::send_head`], for a relay
+//!   that activates a child before it holds the child's data: `ft_core::Promise`)
+//!   goes as a message tagged [`PROMISED_HEAD_TAG`] (or [`JOINED_PROMISED_HEAD_TAG`]
+//!   behind the activation), ending with the payload's length and a tag of its own,
+//!   taken in turn from the tags above the frames' own up to `MPI_TAG_UB`. The receiver
+//!   posts the payload's receive on that tag at once, exactly as for a head; the
+//!   payload follows on it whenever the sender holds it
+//!   ([`MpiTransport::send_promised`]), in any order with other payloads, and lands
+//!   with no step at the receiver in between. A withdrawn promise
+//!   ([`MpiTransport::withdraw`]) sends an empty message on the tag, which ends the
+//!   receive as a payload of the wrong length (the frame lost); promises to a peer
+//!   that died are dropped ([`MpiTransport::forget_peer`]), and the receiver's
+//!   receive from a dead sender fails (ULFM) and gives its slot back;
 //! - **a payload received in place** ([`MpiTransport::try_recv_placing`], what the
 //!   driver calls): on a head, the transport first asks the caller where the payload
 //!   should go (the machine's [`ft_core::Protocol::place_payload`]: a broadcast chunk
@@ -90,7 +103,7 @@
 //! discard them on its own, and leaks their buffers rather than free memory MPI may
 //! still write or read.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
@@ -115,6 +128,25 @@ pub const HEAD_TAG: c_int = 0x6675;
 /// ([`MpiTransport::send_then_parts`]): that frame's length (4 bytes, little-endian),
 /// its bytes, then this frame's.
 pub const JOINED_TAG: c_int = 0x6676;
+
+/// The tag of a head sent ahead of its payload ([`MpiTransport::send_head`]): after the
+/// head, the payload's length and the payload's own tag (4 bytes each), under which the
+/// payload follows on the payload communicator when the sender holds it.
+pub const PROMISED_HEAD_TAG: c_int = 0x6678;
+
+/// [`PROMISED_HEAD_TAG`] with the frame before it in front, as [`JOINED_HEAD_TAG`].
+pub const JOINED_PROMISED_HEAD_TAG: c_int = 0x6679;
+
+/// The first tag a promised payload takes on the payload communicator (below it:
+/// [`FRAME_TAG`], the tag of payloads that follow their head at once). Promised
+/// payloads take the tags from here to `MPI_TAG_UB` in turn, so two promises in flight
+/// share a tag only after that many others (over two billion with Open MPI).
+const FIRST_PROMISE_TAG: c_int = 0x10000;
+
+/// Promise tags needed for [`MpiTransport::sends_heads_early`]: an MPI whose
+/// `MPI_TAG_UB` leaves fewer (the standard's least is 32767) sends heads with their
+/// payloads.
+const PROMISE_TAGS_NEEDED: c_int = 1 << 20;
 
 /// [`HEAD_TAG`] with the frame before it in front ([`MpiTransport::send_then_parts`]):
 /// that frame's length (4 bytes, little-endian), its bytes, then the head as a
@@ -251,8 +283,16 @@ pub struct TransportStats {
     /// Frames sent at the front of the next frame's message to the same peer
     /// ([`MpiTransport::send_then_parts`]).
     pub frames_joined: u64,
-    /// Messages received holding two frames ([`JOINED_TAG`], [`JOINED_HEAD_TAG`]).
+    /// Messages received holding two frames ([`JOINED_TAG`], [`JOINED_HEAD_TAG`],
+    /// [`JOINED_PROMISED_HEAD_TAG`]).
     pub joined_received: u64,
+    /// Heads sent ahead of their payload ([`MpiTransport::send_head`]).
+    pub heads_sent_early: u64,
+    /// Heads received ahead of their payload ([`PROMISED_HEAD_TAG`]): the payload's
+    /// receive was posted before it left its sender.
+    pub heads_received_early: u64,
+    /// Promised payloads withdrawn ([`MpiTransport::withdraw`]).
+    pub withdrawn: u64,
 }
 
 /// A pending send: the buffer MPI reads (a whole frame, or the header of a
@@ -289,8 +329,38 @@ struct Rest {
     from: Rank,
     /// Where it starts in the slot's buffer.
     start: usize,
-    /// Whether it is a head whose payload follows ([`JOINED_HEAD_TAG`]).
-    head: bool,
+    /// Whether it is a whole frame or a head whose payload follows.
+    kind: Follows,
+}
+
+/// What follows a frame in a message: nothing (a whole frame), or its payload as a
+/// message of its own on the payload communicator, right behind it ([`HEAD_TAG`]: the
+/// head ends with the payload's length) or later under its own tag
+/// ([`PROMISED_HEAD_TAG`]: the head ends with the payload's length and tag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Follows {
+    Nothing,
+    Payload,
+    PromisedPayload,
+}
+
+impl Follows {
+    /// The bytes after the head that say where its payload comes.
+    fn trailer(self) -> usize {
+        match self {
+            Follows::Nothing => 0,
+            Follows::Payload => 4,
+            Follows::PromisedPayload => 8,
+        }
+    }
+}
+
+/// A payload promised to `to` under `tag` ([`MpiTransport::send_head`]), `len` bytes.
+#[derive(Clone, Copy, Debug)]
+struct Promised {
+    to: Rank,
+    tag: c_int,
+    len: usize,
 }
 
 /// A payload's receive, posted when its head ([`HEAD_TAG`]) arrived: `buffer` holds
@@ -361,6 +431,11 @@ pub struct MpiTransport {
     finished: Vec<(usize, c_int)>,
     statuses: Vec<ffi::MPI_Status>,
     ring: RecvRing,
+    /// Payloads whose head went ahead, by the machine's promise id.
+    promised: HashMap<u64, Promised>,
+    /// The tag the next promised payload takes, and the last one there is
+    /// (`MPI_TAG_UB`); `None` if MPI offers too few ([`PROMISE_TAGS_NEEDED`]).
+    promise_tags: Option<(c_int, c_int)>,
     stats: TransportStats,
 }
 
@@ -412,8 +487,13 @@ impl MpiTransport {
                 repost: false,
                 rest: None,
             },
+            promised: HashMap::new(),
+            promise_tags: None,
             stats: TransportStats::default(),
         };
+        transport.promise_tags = tag_ub(&transport.data_comm)
+            .filter(|&ub| ub - FIRST_PROMISE_TAG >= PROMISE_TAGS_NEEDED)
+            .map(|ub| (FIRST_PROMISE_TAG, ub));
         for slot in 0..RECV_SLOTS {
             // Nobody has failed yet in a fresh duplicate, so a failure here is an error.
             check("MPI_Irecv", transport.post_recv(slot))?;
@@ -434,12 +514,12 @@ impl MpiTransport {
     /// bytes (the protocol machines never produce either).
     pub fn send(&mut self, to: Rank, frame: &[u8]) -> Result<(), MpiError> {
         self.check_peer(to);
-        self.send_copied(to, &[frame], FRAME_TAG)
+        self.send_copied(to, &[frame], FRAME_TAG).map(drop)
     }
 
     /// Sends `parts`, one after the other, as one message tagged `tag`, copied into a
-    /// pooled buffer.
-    fn send_copied(&mut self, to: Rank, parts: &[&[u8]], tag: c_int) -> Result<(), MpiError> {
+    /// pooled buffer. Returns whether it was posted: a dead peer drops it.
+    fn send_copied(&mut self, to: Rank, parts: &[&[u8]], tag: c_int) -> Result<bool, MpiError> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let len = c_int::try_from(total).expect("frame longer than i32::MAX bytes");
         let mut bytes = self.take_buffer();
@@ -453,7 +533,7 @@ impl MpiTransport {
         // SAFETY: reading an MPI constant handle.
         let byte = unsafe { ffi::RSMPI_UINT8_T };
         let comm = self.comm.as_raw();
-        self.isend(to, pending, len, byte, tag, comm).map(drop)
+        self.isend(to, pending, len, byte, tag, comm)
     }
 
     /// Starts sending one frame, `head` followed by `payload`, to `to` without copying
@@ -524,7 +604,9 @@ impl MpiTransport {
             } else {
                 FRAME_TAG
             };
-            return self.send_copied(to, &[before[0], before[1], head, &payload[..]], tag);
+            return self
+                .send_copied(to, &[before[0], before[1], head, &payload[..]], tag)
+                .map(drop);
         }
         assert!(
             c_int::try_from(before[1].len() + head.len() + payload.len()).is_ok(),
@@ -562,6 +644,119 @@ impl MpiTransport {
         self.isend(to, pending, payload.len() as c_int, byte, FRAME_TAG, data)?;
         self.stats.payload_bytes_in_place += payload.len() as u64;
         Ok(())
+    }
+
+    /// Whether [`MpiTransport::send_head`] sends heads ahead of their payloads: when
+    /// `MPI_TAG_UB` leaves room for their tags (Open MPI's does).
+    pub fn sends_heads_early(&self) -> bool {
+        self.promise_tags.is_some()
+    }
+
+    /// Starts sending `head` to `to`, the head of a frame whose payload of `len` bytes
+    /// follows later ([`MpiTransport::send_promised`]) under `promise`, behind `first` (a
+    /// whole frame, in the same message as in [`MpiTransport::send_then_parts`]). The
+    /// head's message ([`PROMISED_HEAD_TAG`]) names the payload's own tag, so the
+    /// receiver posts the payload's receive into its place as soon as the head arrives,
+    /// and the payload, once sent, lands there with no further step at the receiver.
+    /// A dead peer is not an error (nothing is promised to it).
+    ///
+    /// # Panics
+    /// As [`MpiTransport::send_parts`]; or if heads are not sent early here
+    /// ([`MpiTransport::sends_heads_early`]).
+    pub fn send_head(
+        &mut self,
+        to: Rank,
+        first: Option<&[u8]>,
+        head: &[u8],
+        len: usize,
+        promise: u64,
+    ) -> Result<(), MpiError> {
+        self.check_peer(to);
+        assert!(len <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
+        let (next, last) = self.promise_tags.expect("heads are not sent early here");
+        let tag = next;
+        self.promise_tags = Some((
+            if next == last {
+                FIRST_PROMISE_TAG
+            } else {
+                next + 1
+            },
+            last,
+        ));
+        let mut first = first;
+        if let Some(frame) = first {
+            if 4 + frame.len() + head.len() + 8 > self.ring.capacity {
+                self.send_copied(to, &[frame], FRAME_TAG)?;
+                first = None;
+            }
+        }
+        let first_len = first.map(|f| (f.len() as u32).to_le_bytes());
+        let mut parts: [&[u8]; 5] = [&[], &[], head, &[], &[]];
+        if let (Some(len), Some(frame)) = (&first_len, first) {
+            parts[0] = len;
+            parts[1] = frame;
+            self.stats.frames_joined += 1;
+        }
+        let trailer_len = (len as u32).to_le_bytes();
+        let trailer_tag = tag.to_le_bytes();
+        parts[3] = &trailer_len;
+        parts[4] = &trailer_tag;
+        let message_tag = if first.is_some() {
+            JOINED_PROMISED_HEAD_TAG
+        } else {
+            PROMISED_HEAD_TAG
+        };
+        if self.send_copied(to, &parts, message_tag)? {
+            self.stats.heads_sent_early += 1;
+            self.promised.insert(promise, Promised { to, tag, len });
+        }
+        Ok(())
+    }
+
+    /// Starts sending the payload promised under `promise` ([`MpiTransport::send_head`])
+    /// on its tag, from the caller's buffer (a clone is kept until the send completes).
+    /// A promise to a peer that died ([`MpiTransport::forget_peer`]) sends nothing.
+    pub fn send_promised(&mut self, promise: u64, payload: &Bytes) -> Result<(), MpiError> {
+        let Some(Promised { to, tag, len }) = self.promised.remove(&promise) else {
+            return Ok(());
+        };
+        // A payload of another length than promised goes anyway: the receiver's slot
+        // comes back unfilled (`placed_mismatched`), as for a head that lied.
+        debug_assert_eq!(payload.len(), len, "a promised payload's length");
+        let pending = Sending {
+            bytes: Vec::new(),
+            payload: Some(payload.clone()),
+        };
+        // SAFETY: reading an MPI constant handle.
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        let data = self.data_comm.as_raw();
+        let count = c_int::try_from(payload.len()).expect("payload over MAX_PAYLOAD");
+        if self.isend(to, pending, count, byte, tag, data)? {
+            self.stats.payload_bytes_in_place += payload.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The payload promised under `promise` will not come: an empty message on its tag
+    /// ends the receiver's wait (its slot comes back unfilled; the frame is lost).
+    pub fn withdraw(&mut self, promise: u64) -> Result<(), MpiError> {
+        let Some(Promised { to, tag, .. }) = self.promised.remove(&promise) else {
+            return Ok(());
+        };
+        self.stats.withdrawn += 1;
+        // SAFETY: reading an MPI constant handle.
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        let data = self.data_comm.as_raw();
+        let pending = Sending {
+            bytes: self.take_buffer(),
+            payload: None,
+        };
+        self.isend(to, pending, 0, byte, tag, data).map(drop)
+    }
+
+    /// Drops the promises to `rank`, which died: their payloads go nowhere.
+    pub fn forget_peer(&mut self, rank: Rank) {
+        self.promised.retain(|_, p| p.to != rank);
     }
 
     /// Whether [`MpiTransport::send_parts`] copies the payload: no (payloads shorter
@@ -828,8 +1023,8 @@ impl MpiTransport {
             }
             if let Some(rest) = self.ring.rest.take() {
                 let slot = self.ring.head;
-                if rest.head {
-                    self.receive_payload(slot, rest.start, rest.from, place)?;
+                if rest.kind != Follows::Nothing {
+                    self.receive_payload(slot, rest.start, rest.from, rest.kind, place)?;
                     continue;
                 }
                 self.stats.received += 1;
@@ -874,13 +1069,19 @@ impl MpiTransport {
                 // capacity.
                 unsafe { buffer.set_len(len) };
                 self.ring.repost = true;
-                if status.MPI_TAG == HEAD_TAG {
+                let tag = status.MPI_TAG;
+                if tag == HEAD_TAG || tag == PROMISED_HEAD_TAG {
                     // Its payload follows: received behind it (or where `place` says),
                     // handed on when complete.
-                    self.receive_payload(head, 0, from, place)?;
+                    let kind = if tag == HEAD_TAG {
+                        Follows::Payload
+                    } else {
+                        Follows::PromisedPayload
+                    };
+                    self.receive_payload(head, 0, from, kind, place)?;
                     continue;
                 }
-                if status.MPI_TAG == JOINED_TAG || status.MPI_TAG == JOINED_HEAD_TAG {
+                if matches!(tag, JOINED_TAG | JOINED_HEAD_TAG | JOINED_PROMISED_HEAD_TAG) {
                     // The frame in front goes first (the machine may need it to place
                     // the payload behind it: an activation announces its sizes); the
                     // second waits in the slot for the next call.
@@ -891,7 +1092,11 @@ impl MpiTransport {
                     self.ring.rest = Some(Rest {
                         from,
                         start: 4 + first,
-                        head: status.MPI_TAG == JOINED_HEAD_TAG,
+                        kind: match tag {
+                            JOINED_HEAD_TAG => Follows::Payload,
+                            JOINED_PROMISED_HEAD_TAG => Follows::PromisedPayload,
+                            _ => Follows::Nothing,
+                        },
                     });
                     self.stats.received += 1;
                     self.stats.joined_received += 1;
@@ -979,16 +1184,32 @@ impl MpiTransport {
         slot: usize,
         start: usize,
         from: Rank,
+        kind: Follows,
         place: &mut Place<'_>,
     ) -> Result<(), MpiError> {
         let frame = &self.ring.buffers[slot][start..];
-        let Some(at) = frame.len().checked_sub(4) else {
+        let Some(at) = frame.len().checked_sub(kind.trailer()) else {
             self.stats.bad_heads += 1;
             return Ok(());
         };
-        let mut len = [0u8; 4];
-        len.copy_from_slice(&frame[at..]);
-        let len = u32::from_le_bytes(len) as usize;
+        let word = |k: usize| {
+            let mut bytes = [0u8; 4];
+            bytes.copy_from_slice(&frame[at + 4 * k..at + 4 * k + 4]);
+            u32::from_le_bytes(bytes)
+        };
+        let len = word(0) as usize;
+        let tag = match kind {
+            Follows::PromisedPayload => {
+                let tag = word(1) as c_int;
+                if tag < FIRST_PROMISE_TAG {
+                    self.stats.bad_heads += 1;
+                    return Ok(());
+                }
+                self.stats.heads_received_early += 1;
+                tag
+            }
+            _ => FRAME_TAG,
+        };
         if len <= MAX_PAYLOAD {
             match place(from, &frame[..at], len) {
                 Some(mut target) if target.len() == len => {
@@ -998,7 +1219,7 @@ impl MpiTransport {
                     // its memory alive) stays in `incoming` until the request completes,
                     // is cancelled, or the transport is dropped (which leaks it).
                     let (code, request) =
-                        unsafe { self.post_payload(target.as_mut_ptr(), len, from) };
+                        unsafe { self.post_payload(target.as_mut_ptr(), len, from, tag) };
                     if is_process_failure(code) {
                         self.stats.lost_in_transfer += 1;
                         self.arrived.push_back(Arrival::Unplaced { slot: target });
@@ -1028,7 +1249,8 @@ impl MpiTransport {
         // (its capacity, uninitialised memory MPI only writes); it stays alive and
         // unmoved in `incoming` (a `Vec`'s heap buffer, unresized) until the request
         // completes, is cancelled, or the transport is dropped (which leaks it).
-        let (code, request) = unsafe { self.post_payload(buffer.as_mut_ptr().add(at), room, from) };
+        let (code, request) =
+            unsafe { self.post_payload(buffer.as_mut_ptr().add(at), room, from, tag) };
         if is_process_failure(code) {
             self.stats.lost_in_transfer += 1;
             return Ok(());
@@ -1044,8 +1266,9 @@ impl MpiTransport {
         Ok(())
     }
 
-    /// Posts the receive of the next payload from `from` on the payload communicator
-    /// into the `len` bytes at `into`: MPI's code and the request.
+    /// Posts the receive of the next payload from `from` tagged `tag` on the payload
+    /// communicator ([`FRAME_TAG`]: the payloads that follow their heads, in order; a
+    /// promise's own tag) into the `len` bytes at `into`: MPI's code and the request.
     ///
     /// # Safety
     /// The `len` bytes at `into` are writable and stay allocated, unread and unmoved
@@ -1055,6 +1278,7 @@ impl MpiTransport {
         into: *mut u8,
         len: usize,
         from: Rank,
+        tag: c_int,
     ) -> (c_int, ffi::MPI_Request) {
         let mut request = null_request();
         // SAFETY: the caller's contract; MPI writes the request.
@@ -1064,7 +1288,7 @@ impl MpiTransport {
                 len as c_int,
                 ffi::RSMPI_UINT8_T,
                 from as c_int,
-                FRAME_TAG,
+                tag,
                 self.data_comm.as_raw(),
                 &mut request,
             )
@@ -1214,6 +1438,28 @@ impl Transport for MpiTransport {
     }
     fn copies_payload(&self) -> bool {
         MpiTransport::copies_payload(self)
+    }
+    fn sends_heads_early(&self) -> bool {
+        MpiTransport::sends_heads_early(self)
+    }
+    fn send_head(
+        &mut self,
+        to: Rank,
+        first: Option<&[u8]>,
+        head: &[u8],
+        len: usize,
+        promise: u64,
+    ) -> Result<(), MpiError> {
+        MpiTransport::send_head(self, to, first, head, len, promise)
+    }
+    fn send_promised(&mut self, promise: u64, payload: &Bytes) -> Result<(), MpiError> {
+        MpiTransport::send_promised(self, promise, payload)
+    }
+    fn withdraw(&mut self, promise: u64) -> Result<(), MpiError> {
+        MpiTransport::withdraw(self, promise)
+    }
+    fn forget_peer(&mut self, rank: Rank) {
+        MpiTransport::forget_peer(self, rank)
     }
     /// [`DEFAULT_CHUNK_BYTES`].
     fn chunk_bytes(&self) -> usize {
@@ -1394,6 +1640,27 @@ fn arrival(incoming: Incoming, received: c_int, fits: bool, stats: &mut Transpor
         from,
         frame: buffer,
     }
+}
+
+/// `MPI_TAG_UB` of `comm`, the largest tag MPI takes there, if MPI says.
+fn tag_ub(comm: &SimpleCommunicator) -> Option<c_int> {
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI writes a pointer to the attribute's value (an int it owns, alive as
+    // long as the communicator) and the flag.
+    let code = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm.as_raw(),
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast::<c_void>(),
+            &mut flag,
+        )
+    };
+    if code != ffi::MPI_SUCCESS as c_int || flag == 0 || value.is_null() {
+        return None;
+    }
+    // SAFETY: MPI gave a valid pointer to the attribute's int.
+    Some(unsafe { *value })
 }
 
 /// `MPI_Testsome` over `requests` (live requests of ours), with `completed` and

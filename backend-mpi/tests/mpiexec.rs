@@ -378,6 +378,16 @@ fn a_multi_chunk_broadcast_sends_and_receives_its_payload_bytes_in_place() {
         .expect("rank 0's line");
     assert_eq!(root["stats"]["frames_joined"], 5, "{root:#?}");
     assert_eq!(sum("frames_joined"), sum("joined_received"), "{lines:#?}");
+    // A relay holds none of B or C (one chunk each) when it activates its children:
+    // it sends each child's head right behind its activation, and the payload, under
+    // the head's own tag, when it holds it. Every such head arrived before its payload
+    // (the receive was posted early), none was withdrawn, and the root, which holds
+    // its data, promised nothing.
+    assert_eq!(root["stats"]["heads_sent_early"], 0, "{root:#?}");
+    let early = sum("heads_sent_early");
+    assert!(early > 0, "no relay sent a head ahead: {lines:#?}");
+    assert_eq!(early, sum("heads_received_early"), "{lines:#?}");
+    assert_eq!(sum("withdrawn"), 0, "{lines:#?}");
 }
 
 #[test]

@@ -63,7 +63,7 @@ use std::collections::HashMap;
 
 use ft_core::view::FailureView;
 use ft_core::wire::{self, Family, FrameKind};
-use ft_core::{Bytes, Duration, FrameError, Instant, Protocol, Rank};
+use ft_core::{Bytes, Duration, FrameError, Instant, Promise, Protocol, Rank};
 
 use crate::queue::EventQueue;
 use crate::scenario::{ActionKind, KillPoint, Phases, Scenario, Victims};
@@ -497,6 +497,9 @@ pub struct Sim<P: SimRank> {
     buf: Vec<u8>,
     /// Where a frame sent in two parts is joined on delivery.
     rx: Vec<u8>,
+    /// Heads sent ahead of their payload ([`ft_core::Promise`]), by sender and promise:
+    /// the network carries the whole frame once the payload goes, as if sent then.
+    held_heads: HashMap<(Rank, u64), (Rank, Vec<u8>)>,
     budget: u64,
     log: Log,
 }
@@ -559,6 +562,7 @@ impl<P: SimRank> Sim<P> {
             },
             buf: vec![0u8; wire::frame_capacity(n)],
             rx: Vec::new(),
+            held_heads: HashMap::new(),
             budget: u64::MAX,
             log: Log {
                 by_kind: vec![0; 256],
@@ -901,13 +905,35 @@ impl<P: SimRank> Sim<P> {
                     continue;
                 }
             };
-            let head = &buf[..t.head];
+            let (to, held);
+            let head = match t.promise {
+                None => {
+                    to = t.to;
+                    &buf[..t.head]
+                }
+                Some(Promise::Head { id, .. }) => {
+                    self.held_heads
+                        .insert((rank, id), (t.to, buf[..t.head].to_vec()));
+                    continue;
+                }
+                Some(Promise::Withdrawn { id }) => {
+                    self.held_heads.remove(&(rank, id));
+                    continue;
+                }
+                Some(Promise::Payload { id }) => {
+                    let Some(head) = self.held_heads.remove(&(rank, id)) else {
+                        continue;
+                    };
+                    (to, held) = head;
+                    &held[..]
+                }
+            };
             if self.dies_before_sending(rank, head) {
                 self.depart(rank, Departure::Killed(now));
                 break;
             }
-            let len = t.len();
-            self.send(rank, t.to, len, Payload::parts(head, t.payload));
+            let len = head.len() + t.payload.as_ref().map_or(0, Bytes::len);
+            self.send(rank, to, len, Payload::parts(head, t.payload));
         }
         self.buf = buf;
         while let Some(event) = self.slots[rank as usize].machine.poll_event() {

@@ -9,7 +9,8 @@
 //! as a parent again; and no rank copies a payload byte when it sends or forwards data
 //! (the simulator takes chunks as shared slices); and in a failure-free run (per-class
 //! or per-output), each destination gets each payload byte once. Ranks send chunks of
-//! different sizes, so relays and repairs see every mix of chunkings.
+//! different sizes, so relays and repairs see every mix of chunkings, and half of them
+//! send a head ahead of its payload when they can (`set_early_heads`).
 //!
 //! `FT_BCAST_SIM_CASES=N` sets the number of randomized runs (default 300);
 //! `FT_BCAST_SIM_SEED=S` replays the one run of seed `S` (`FT_BCAST_SIM_DEBUG=1` dumps
@@ -25,7 +26,8 @@ use ft_bcast::StackEvent;
 use ft_core::view::FailureView;
 use ft_core::wire::{Family, FrameKind, MAX_CHUNK};
 use ft_core::{
-    BufferTooShort, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit, TransmitParts,
+    BufferTooShort, Filled, FrameError, Instant, Promise, Protocol, Rank, Slot, Transmit,
+    TransmitParts,
 };
 use serde_json::json;
 
@@ -242,7 +244,12 @@ impl Protocol for Watched {
         let Some(t) = self.inner.poll_transmit_parts(now, buf)? else {
             return Ok(None);
         };
-        self.watch(t.to, buf[1]);
+        match t.promise {
+            None | Some(Promise::Head { .. }) => self.watch(t.to, buf[1]),
+            // A payload whose head went ahead goes to that head's peer, so to `t.to`.
+            Some(Promise::Payload { .. }) => self.watch(t.to, FrameKind::BcastData as u8),
+            Some(Promise::Withdrawn { .. }) => {}
+        }
         Ok(Some(t))
     }
     fn poll_timeout(&self) -> Option<Instant> {
@@ -357,6 +364,8 @@ struct Struck {
     joined: u64,
     /// Of those, in failure-free runs (where every multi-chunk output lands: 0).
     joined_failure_free: u64,
+    /// Data frames whose head went ahead of their payload, over the run.
+    heads_early: u64,
 }
 
 fn at_ms(ms: f64) -> Instant {
@@ -408,10 +417,11 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
     let mut make = SimStack::factory(&s);
     let mut sim: Sim<Watched> = Sim::new(&s, |setup: &RankSetup| {
         let mut inner = make(setup);
-        let pick = SplitMix::new(seed ^ u64::from(setup.rank) << 32).below(3);
-        inner
-            .stack_mut()
-            .set_chunk_bytes([MAX_CHUNK, 20_000, 48_000][pick as usize]);
+        let pick = SplitMix::new(seed ^ u64::from(setup.rank) << 32).below(6);
+        let stack = inner.stack_mut();
+        stack.set_chunk_bytes([MAX_CHUNK, 20_000, 48_000][pick as usize % 3]);
+        // Half the ranks send heads ahead of their payloads, as over MPI.
+        stack.set_early_heads(pick >= 3);
         Watched {
             inner,
             to_known_dead: Vec::new(),
@@ -463,6 +473,7 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         struck.duplicate_received += stats.received_bytes_duplicate;
         struck.landed += stats.received_bytes_landed;
         struck.joined += stats.joined_bytes;
+        struck.heads_early += stats.heads_sent_early;
         if log.departures.is_empty() {
             struck.joined_failure_free += stats.joined_bytes;
         }
@@ -559,7 +570,7 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         .filter_map(|seed| run_case(seed, &mut struck).err())
         .collect();
     eprintln!(
-        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination; {} payload bytes sent, {} received twice; {} received in place into their output's buffer, {} copied to join outputs ({} in failure-free runs)",
+        "{count} randomized broadcast simulations in {:.1} s: {} kills, {} of them mid-broadcast; {} failure-free runs with each payload byte sent once per destination; {} payload bytes sent, {} received twice; {} received in place into their output's buffer, {} copied to join outputs ({} in failure-free runs); {} heads sent ahead of their payload",
         started.elapsed().as_secs_f64(),
         struck.total,
         struck.mid_broadcast,
@@ -568,9 +579,14 @@ fn random_broadcasts_with_random_kills_deliver_exactly_and_byte_identically() {
         struck.duplicate_received,
         struck.landed,
         struck.joined,
-        struck.joined_failure_free
+        struck.joined_failure_free,
+        struck.heads_early
     );
     assert!(struck.landed > 0, "no chunk was received in place");
+    assert!(
+        count < 100 || struck.heads_early > 0,
+        "no head was sent ahead of its payload"
+    );
     assert_eq!(
         struck.joined_failure_free, 0,
         "failure-free, every multi-chunk output lands in its one buffer"

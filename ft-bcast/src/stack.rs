@@ -279,6 +279,15 @@ impl RankStack {
         }
     }
 
+    /// Sets whether the broadcaster may send a frame's head ahead of its payload
+    /// ([`Config::early_heads`]). Applies to streams started from now on.
+    pub fn set_early_heads(&mut self, on: bool) {
+        self.bcast_config.early_heads = on;
+        if let Some(bcast) = self.bcast.as_mut() {
+            bcast.set_early_heads(on);
+        }
+    }
+
     /// What the broadcaster sent of its payloads ([`Broadcaster::stats`]; zeros before
     /// this rank takes part in a broadcast).
     pub fn bcast_stats(&self) -> BcastStats {

@@ -44,6 +44,19 @@
 //! that never arrived (its sender died) gives its slot back through
 //! [`Protocol::placement_lost`]. The defaults place nothing.
 //!
+//! **Heads sent ahead of their payload.** A machine that will send a frame with bulk
+//! data it does not hold yet (a relay's data for a child, announced in the child's
+//! activation) may, if its backend asked for it, send the frame's head now and its
+//! payload later ([`TransmitParts::promise`], [`Promise`]): the receiver then knows where
+//! the payload goes before it leaves, and a transport that receives payloads in place
+//! posts that receive at once, so no head travels between the data's arrival at the
+//! relay and its departure. The receiver sees the frame as if it was sent whole when its
+//! payload was ([`Promise::Payload`]); a frame whose payload is withdrawn
+//! ([`Promise::Withdrawn`]) is a frame never sent. A backend that cannot send a head
+//! early keeps it and sends the whole frame at [`Promise::Payload`]. Machines make
+//! promises only when their backend asked for them (for the broadcaster:
+//! `Config::early_heads`).
+//!
 //! Time passed in only moves forward; a machine treats an `Instant` earlier than one it
 //! saw as equal to it, and a `handle_timeout` that comes early does nothing.
 
@@ -74,6 +87,37 @@ pub struct TransmitParts {
     /// The bulk bytes that end the frame: a shared slice of a buffer the machine keeps
     /// (the backend may hold this clone until its send completes).
     pub payload: Option<Bytes>,
+    /// `None` for a whole frame (head and payload, if any, sent now); else the frame is
+    /// a head sent ahead of its payload, or that payload, or its withdrawal (see the
+    /// [module docs](self)).
+    pub promise: Option<Promise>,
+}
+
+/// A frame sent in two steps, its head ahead of its payload (see the
+/// [module docs](self)). `id` is the sending machine's own, never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promise {
+    /// The head, in the caller's buffer, of a frame whose payload of `len` bytes follows
+    /// under `id` ([`TransmitParts::payload`] is `None`).
+    Head {
+        /// The promise.
+        id: u64,
+        /// The payload's length.
+        len: usize,
+    },
+    /// The payload promised under `id` ([`TransmitParts::head`] is 0): it goes to the
+    /// peer the head went to.
+    Payload {
+        /// The promise.
+        id: u64,
+    },
+    /// The payload promised under `id` will not come (its broadcast was forgotten
+    /// here): the receiver's wait for it ends and the frame is lost. No head, no
+    /// payload.
+    Withdrawn {
+        /// The promise.
+        id: u64,
+    },
 }
 
 impl TransmitParts {
@@ -94,6 +138,7 @@ impl From<Transmit> for TransmitParts {
             to: t.to,
             head: t.len,
             payload: None,
+            promise: None,
         }
     }
 }

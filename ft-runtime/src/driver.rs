@@ -28,21 +28,25 @@
 //! frame with a payload to the same peer (an activation and the data pushed behind it)
 //! goes out in one call, [`Transport::send_then_parts`], which MPI sends as one
 //! message (the driver polls the frame after a control frame into a second buffer to
-//! see).
+//! see). A frame whose head goes ahead of its payload ([`ft_core::Promise`]) goes out
+//! in two steps, [`Transport::send_head`] then [`Transport::send_promised`], over a
+//! transport that [`Transport::sends_heads_early`]; over any other, the driver keeps
+//! the head and sends the whole frame when the payload comes. [`Driver::for_stack`]
+//! lets the stack's broadcaster send heads early exactly when the transport does.
 //!
 //! Invariants: the clock passed to the machine never goes back (it is one monotonic
 //! `std::time::Instant` origin per driver); after every public call that touched the
 //! machine, its transmit queue is drained into the transport. Frames the machine
 //! rejects are counted, never fatal: peer input cannot stop a rank.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
 use ft_core::node::NodeEvent;
-use ft_core::{wire, Instant, Protocol, Rank, TransmitParts};
+use ft_core::{wire, Instant, Promise, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
 use crate::transport::{Bytes, Delivery, Received, Transport, Wake};
@@ -138,6 +142,9 @@ pub struct Driver<P: Protocol, T: Transport> {
     /// The dead rank an event of the machine names, if it names one: each is passed to
     /// [`Transport::forget_peer`] ([`Driver::for_stack`] sets it).
     death_of: fn(&P::Event) -> Option<Rank>,
+    /// Heads sent ahead of their payload, by promise, kept here over a transport that
+    /// does not send heads early: each goes with its payload ([`Promise`]).
+    held_heads: HashMap<u64, (Rank, Vec<u8>)>,
 }
 
 impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
@@ -171,6 +178,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             last_tick: origin,
             spin_rounds: 0,
             death_of: |_| None,
+            held_heads: HashMap::new(),
         }
     }
 
@@ -419,7 +427,8 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// Sends every frame the machine has queued, then collects its events. A control
     /// frame followed by a frame with a payload to the same peer (an activation and
     /// the data pushed behind it) goes out in one call, [`Transport::send_then_parts`],
-    /// which a transport whose cost is per message sends as one.
+    /// which a transport whose cost is per message sends as one; likewise a control
+    /// frame followed by a head sent ahead of its payload ([`Transport::send_head`]).
     fn flush(&mut self, now: Instant) -> Result<(), T::Error> {
         // A frame polled into `ahead` that did not join the one before it: sent next.
         let mut carried = None;
@@ -431,7 +440,16 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                     None => break,
                 },
             };
-            let TransmitParts { to, head, payload } = frame;
+            let TransmitParts {
+                to,
+                head,
+                payload,
+                promise,
+            } = frame;
+            if let Some(promise) = promise {
+                self.promise(to, None, head, promise, payload)?;
+                continue;
+            }
             if let Some(payload) = payload {
                 self.count_payload(&payload);
                 self.transport.send_parts(to, &self.buf[..head], &payload)?;
@@ -442,6 +460,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                     to: next,
                     head: next_head,
                     payload: Some(payload),
+                    promise: None,
                 }) if next == to => {
                     self.count_payload(&payload);
                     self.stats.frames_joined += 1;
@@ -451,6 +470,17 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                         &self.ahead[..next_head],
                         &payload,
                     )?;
+                }
+                Some(TransmitParts {
+                    to: next,
+                    head: next_head,
+                    payload: None,
+                    promise: Some(promise @ Promise::Head { .. }),
+                }) if next == to => {
+                    self.stats.frames_joined += 1;
+                    // The control frame rides in `buf`, the head is `ahead`'s.
+                    std::mem::swap(&mut self.buf, &mut self.ahead);
+                    self.promise(to, Some(head), next_head, promise, None)?;
                 }
                 other => {
                     self.transport.send(to, &self.buf[..head])?;
@@ -465,10 +495,55 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         while let Some(event) = self.machine.poll_event() {
             if let Some(dead) = (self.death_of)(&event) {
                 self.transport.forget_peer(dead);
+                self.held_heads.retain(|_, (to, _)| *to != dead);
             }
             self.events.push_back((now, event));
         }
         Ok(())
+    }
+
+    /// One step of a frame sent in two ([`Promise`]): the head is `buf[..head]`, after
+    /// the control frame `ahead[..first]` if given. Over a transport that does not send
+    /// heads early, the driver keeps the head and sends the whole frame with its
+    /// payload.
+    fn promise(
+        &mut self,
+        to: Rank,
+        first: Option<usize>,
+        head: usize,
+        promise: Promise,
+        payload: Option<Bytes>,
+    ) -> Result<(), T::Error> {
+        let early = self.transport.sends_heads_early();
+        let first = first.map(|len| &self.ahead[..len]);
+        let head = &self.buf[..head];
+        match promise {
+            Promise::Head { id, len } if early => {
+                self.transport.send_head(to, first, head, len, id)
+            }
+            Promise::Head { id, .. } => {
+                self.held_heads.insert(id, (to, head.to_vec()));
+                first.map_or(Ok(()), |frame| self.transport.send(to, frame))
+            }
+            Promise::Payload { id } => {
+                let Some(payload) = payload else {
+                    return Ok(());
+                };
+                self.count_payload(&payload);
+                if early {
+                    return self.transport.send_promised(id, &payload);
+                }
+                match self.held_heads.remove(&id) {
+                    Some((to, head)) => self.transport.send_parts(to, &head, &payload),
+                    None => Ok(()), // its peer died
+                }
+            }
+            Promise::Withdrawn { id } if early => self.transport.withdraw(id),
+            Promise::Withdrawn { id } => {
+                self.held_heads.remove(&id);
+                Ok(())
+            }
+        }
     }
 
     /// Counts a payload the driver hands to the transport.
@@ -501,11 +576,13 @@ fn poll_frame<P: Protocol>(
 impl<T: Transport> Driver<RankStack, T> {
     /// Drives a [`RankStack`] over `transport` ([`Driver::new`]), its broadcast chunks
     /// sized for the transport ([`Transport::chunk_bytes`], and
-    /// [`Transport::leaf_chunk_bytes`] to leaves), and the transport told of
+    /// [`Transport::leaf_chunk_bytes`] to leaves), heads sent ahead of their payloads
+    /// if the transport does so ([`Transport::sends_heads_early`]), and the transport told of
     /// every death the stack learns ([`Transport::forget_peer`]: a declaration by this
     /// rank's detector or a notice from another rank).
     pub fn for_stack(mut stack: RankStack, transport: T, origin: WallInstant) -> Self {
         stack.set_chunk_bytes(transport.chunk_bytes());
+        stack.set_early_heads(transport.sends_heads_early());
         if let Some(bytes) = transport.leaf_chunk_bytes().filter(|&b| b > 0) {
             stack.set_leaf_chunk_bytes(bytes);
         }

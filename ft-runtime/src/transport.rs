@@ -153,6 +153,51 @@ pub trait Transport {
     fn copies_payload(&self) -> bool {
         true
     }
+    /// Whether this transport sends a frame's head ahead of its payload
+    /// ([`Transport::send_head`], [`Transport::send_promised`]) in a way that lets the
+    /// receiver post the payload's receive before the payload leaves (MPI: the head
+    /// names the payload's own tag). A driver built with [`crate::Driver::for_stack`]
+    /// then lets the broadcaster send heads early (`Config::early_heads` in `ft-bcast`).
+    /// Default: no, and the driver never calls the three methods below.
+    fn sends_heads_early(&self) -> bool {
+        false
+    }
+    /// Starts sending `head` to `to`, the head of a frame whose payload of `len` bytes
+    /// follows later under `promise` ([`ft_core::Promise`]); `first`, a whole frame,
+    /// goes before it (joined into one message if the transport can, as
+    /// [`Transport::send_then_parts`] does). The receiver sees the frame (`first`, then
+    /// head and payload) as if it was sent whole when the payload is. A dead peer is
+    /// not an error. Called only if [`Transport::sends_heads_early`]; the default sends
+    /// `first` and drops the head.
+    fn send_head(
+        &mut self,
+        to: Rank,
+        first: Option<&[u8]>,
+        head: &[u8],
+        len: usize,
+        promise: u64,
+    ) -> Result<(), Self::Error> {
+        let _ = (head, len, promise);
+        match first {
+            Some(frame) => self.send(to, frame),
+            None => Ok(()),
+        }
+    }
+    /// Starts sending the payload promised under `promise` to the peer its head went
+    /// to, without copying it (a clone of `payload` is kept until the send completes).
+    /// A promise whose peer was forgotten ([`Transport::forget_peer`]) sends nothing.
+    /// Called only if [`Transport::sends_heads_early`]; the default does nothing.
+    fn send_promised(&mut self, promise: u64, payload: &Bytes) -> Result<(), Self::Error> {
+        let _ = (promise, payload);
+        Ok(())
+    }
+    /// The payload promised under `promise` will not come: the receiver's wait for it
+    /// ends, the frame lost. Called only if [`Transport::sends_heads_early`]; the
+    /// default does nothing.
+    fn withdraw(&mut self, promise: u64) -> Result<(), Self::Error> {
+        let _ = promise;
+        Ok(())
+    }
     /// The data chunk this transport sends best, in bytes (positive): the driver's stack
     /// sends broadcast chunks of at most this ([`crate::Driver::for_stack`]). A transport
     /// must receive frames of [`wire::frame_capacity_for`]`(size, chunk_bytes)` bytes.

@@ -27,7 +27,14 @@
 //!    it holds ahead of a gap may come again); an offset out of place in its output is
 //!    refused (or, queued before the output's size was known, dropped).
 //!    Either way the data is `BcastData` chunks of at most [`Config::chunk_bytes`]
-//!    bytes, in order. **Pipelining:** a relay sends chunk `c` on as soon as it holds
+//!    bytes, in order. **Heads ahead** ([`Config::early_heads`], set by a driver whose
+//!    transport receives payloads in place): a stream of an output that goes in one
+//!    chunk, at a relay that holds none of it yet, sends that chunk's head at once
+//!    (behind the child's activation) and the payload, the whole output, when it
+//!    holds it ([`ft_core::Promise`]); the child's transport posts the payload's
+//!    receive on the head, before the data has reached the relay. The receiver sees
+//!    the same frame. A task forgotten (or revoked) with such a payload still owed
+//!    withdraws it, so the child's receive ends. **Pipelining:** a relay sends chunk `c` on as soon as it holds
 //!    the output's bytes up to the end of `c` (its in-order prefix); a stream that
 //!    catches up with the data waits for the next chunk, never sends what has not
 //!    arrived. A request arriving before the activation (which announces the outputs'
@@ -185,6 +192,16 @@ pub struct Config {
     /// setting matters: the activation says which it is, and a child that is not told
     /// "data follows" requests as before, so ranks of both settings work together.
     pub eager_push: bool,
+    /// Whether a stream that has nothing to send yet may send its frame's head ahead
+    /// of the payload ([`ft_core::Promise`]): a relay whose child's output comes in one
+    /// chunk of at most [`Config::chunk_bytes`], and which holds none of it yet, sends
+    /// the head right behind the child's activation and the payload, whole, as soon as
+    /// it holds it. A transport that receives payloads in place (MPI) then posts the
+    /// child's receive before the data reaches the relay, so no head travels between
+    /// the data's arrival and its departure. Off by default; a driver turns it on for
+    /// a transport that sends heads early (`Transport::sends_heads_early` in
+    /// `ft-runtime`). The receiver needs no setting: it sees the same frames.
+    pub early_heads: bool,
 }
 
 impl Config {
@@ -201,6 +218,7 @@ impl Config {
             chunk_bytes: MAX_CHUNK,
             leaf_chunk_bytes: None,
             eager_push: true,
+            early_heads: false,
         }
     }
 }
@@ -236,6 +254,10 @@ pub struct BcastStats {
     /// Payload bytes copied to join an output that came in several chunks into one
     /// buffer, when they had not all landed in place.
     pub joined_bytes: u64,
+    /// Data frames whose head this rank sent ahead of their payload
+    /// ([`Config::early_heads`]); their payloads count in
+    /// [`BcastStats::payload_bytes_sent`] when they go.
+    pub heads_sent_early: u64,
 }
 
 /// What the broadcaster reports to the application.
@@ -369,6 +391,8 @@ pub struct Broadcaster {
     root_template: Option<Box<RootTemplate>>,
     /// The id of the plan of the root's last start (0: none).
     last_root_plan: usize,
+    /// The id of the next head sent ahead of its payload ([`Config::early_heads`]).
+    next_promise: u64,
 }
 
 /// How many forgotten task ids a broadcaster remembers.
@@ -399,6 +423,7 @@ impl Broadcaster {
             next_forgotten: 0,
             root_template: None,
             last_root_plan: 0,
+            next_promise: 0,
         }
     }
 
@@ -452,18 +477,41 @@ impl Broadcaster {
         self.root_template = None;
     }
 
+    /// Sets [`Config::early_heads`] for the streams started from now on.
+    pub fn set_early_heads(&mut self, on: bool) {
+        self.cfg.early_heads = on;
+    }
+
     /// Drops everything kept for `task` (its payloads included). Chunks of it that
     /// arrive later are dropped while it is among the last 32 tasks forgotten here, so
     /// on a transport that reorders a pair's frames, do not reuse a task id before 32
     /// others were forgotten (its new chunks could overtake its new activation and be
-    /// taken for late ones).
+    /// taken for late ones). A payload whose head went ahead of it
+    /// ([`Config::early_heads`]) is withdrawn ([`ft_core::Promise::Withdrawn`]).
     pub fn forget(&mut self, task: u32) {
-        if self.tasks.remove(&task).is_some() && !self.forgotten.contains(&Some(task)) {
-            self.forgotten[self.next_forgotten] = Some(task);
-            self.next_forgotten = (self.next_forgotten + 1) % FORGOTTEN;
+        let mut withdrawn: Vec<(Rank, u64)> = Vec::new();
+        if let Some(t) = self.tasks.remove(&task) {
+            withdrawn.extend(t.parked.iter().filter_map(|p| Some((p.to, p.promise?))));
+            if !self.forgotten.contains(&Some(task)) {
+                self.forgotten[self.next_forgotten] = Some(task);
+                self.next_forgotten = (self.next_forgotten + 1) % FORGOTTEN;
+            }
         }
-        self.out
-            .retain(|o| !matches!(o, Outgoing::Stream { task: t, .. } if *t == task));
+        self.out.retain(|o| match *o {
+            Outgoing::Stream {
+                task: t,
+                to,
+                promise,
+                ..
+            } if t == task => {
+                withdrawn.extend(promise.map(|id| (to, id)));
+                false
+            }
+            _ => true,
+        });
+        for (to, promise) in withdrawn {
+            self.out.push_back(Outgoing::Withdrawn { to, promise });
+        }
     }
 
     /// The payload bytes kept for every task not forgotten yet (outputs held or being

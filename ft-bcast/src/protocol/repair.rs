@@ -29,7 +29,7 @@ impl Broadcaster {
             .iter()
             .filter_map(|o| match o {
                 Outgoing::Stream { task, .. } => Some(*task),
-                Outgoing::Frame { .. } => None,
+                Outgoing::Frame { .. } | Outgoing::Withdrawn { .. } => None,
             })
             .collect();
         let in_flight: Vec<u32> = self
@@ -53,7 +53,9 @@ impl Broadcaster {
                 error: BcastError::Revoked,
             });
         }
-        self.out.clear();
+        // Nothing more goes out but the withdrawals of promised payloads, which end
+        // the children's waits for them.
+        self.out.retain(|o| matches!(o, Outgoing::Withdrawn { .. }));
     }
 
     /// The failure view reports `rank` dead: re-attach what depended on it.
@@ -64,7 +66,9 @@ impl Broadcaster {
         // The template's trees and children were derived with `rank` alive.
         self.root_template = None;
         self.out.retain(|o| match o {
-            Outgoing::Frame { to, .. } | Outgoing::Stream { to, .. } => *to != rank,
+            Outgoing::Frame { to, .. }
+            | Outgoing::Stream { to, .. }
+            | Outgoing::Withdrawn { to, .. } => *to != rank,
         });
         let me = self.cfg.me;
         let task_ids: Vec<u32> = self.tasks.keys().copied().collect();

@@ -21,7 +21,8 @@ use hashbrown::{HashMap, HashSet};
 use bytes::Bytes;
 use ft_core::wire::{self, Context, FrameKind, Header};
 use ft_core::{
-    BufferTooShort, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit, TransmitParts,
+    BufferTooShort, Filled, FrameError, Instant, Promise, Protocol, Rank, Slot, Transmit,
+    TransmitParts,
 };
 
 use super::codec::{activation_frames, put_request, Activation, Want};
@@ -202,6 +203,7 @@ impl Broadcaster {
                         output,
                         offset: 0,
                         chunk,
+                        promise: None,
                     });
                 }
             }
@@ -218,6 +220,7 @@ impl Broadcaster {
                 output,
                 offset,
                 chunk: stream_chunk(relays.as_ref(), to, chunk, leaf),
+                promise: None,
             });
         }
     }
@@ -517,6 +520,7 @@ impl Broadcaster {
                         output,
                         offset,
                         chunk,
+                        promise,
                     } = t.parked.swap_remove(k);
                     self.out.push_back(Outgoing::Stream {
                         to,
@@ -524,6 +528,7 @@ impl Broadcaster {
                         output,
                         offset,
                         chunk,
+                        promise,
                     });
                 } else {
                     k += 1;
@@ -675,7 +680,7 @@ impl Broadcaster {
                 }
                 return Ok(None);
             };
-            let (to, task, output, offset, chunk) = match next {
+            let (to, task, output, offset, chunk, promise) = match next {
                 Outgoing::Frame { to, bytes } => {
                     let (to, head) = (*to, wire::copy_out(bytes, buf)?);
                     self.out.pop_front();
@@ -683,6 +688,16 @@ impl Broadcaster {
                         to,
                         head,
                         payload: None,
+                        promise: None,
+                    }));
+                }
+                &Outgoing::Withdrawn { to, promise } => {
+                    self.out.pop_front();
+                    return Ok(Some(TransmitParts {
+                        to,
+                        head: 0,
+                        payload: None,
+                        promise: Some(Promise::Withdrawn { id: promise }),
                     }));
                 }
                 &Outgoing::Stream {
@@ -691,7 +706,8 @@ impl Broadcaster {
                     output,
                     offset,
                     chunk,
-                } => (to, task, output, offset, chunk),
+                    promise,
+                } => (to, task, output, offset, chunk, promise),
             };
             let header = Header {
                 kind: FrameKind::BcastData,
@@ -707,16 +723,63 @@ impl Broadcaster {
                 self.out.pop_front();
                 continue;
             };
+            let parked = Parked {
+                to,
+                output,
+                offset,
+                chunk,
+                promise,
+            };
+            if let Some(id) = promise {
+                // Its head went ahead: the output goes whole, in one payload, once held.
+                let Some(whole) = t.buffers.get(&output).and_then(Buffer::whole) else {
+                    t.parked.push(parked);
+                    self.out.pop_front();
+                    continue;
+                };
+                let payload = whole.clone();
+                self.out.pop_front();
+                self.stats.payload_bytes_sent += total;
+                return Ok(Some(TransmitParts {
+                    to,
+                    head: 0,
+                    payload: Some(payload),
+                    promise: Some(Promise::Payload { id }),
+                }));
+            }
             // The next chunk from the in-order prefix held so far: it goes as soon as it
             // is there (pipelining), else the stream waits for it.
             let piece = t.buffers.get(&output).and_then(|b| b.piece(offset, chunk));
             let Some(piece) = piece else {
-                t.parked.push(Parked {
-                    to,
-                    output,
-                    offset,
-                    chunk,
-                });
+                // Nothing of an output that goes in one chunk (and came in one to this
+                // rank, so waiting for all of it delays nothing): its head may go now.
+                let one_chunk = total <= chunk.min(self.cfg.chunk_bytes) as u64;
+                if split && self.cfg.early_heads && offset == 0 && one_chunk {
+                    let id = self.next_promise;
+                    let mut w = header.write_into(buf);
+                    w.put_varint(output.into())
+                        .put_varint(total)
+                        .put_varint(0)
+                        .put_varint(total);
+                    let head = w.finish()?;
+                    self.next_promise += 1;
+                    self.stats.heads_sent_early += 1;
+                    t.parked.push(Parked {
+                        promise: Some(id),
+                        ..parked
+                    });
+                    self.out.pop_front();
+                    return Ok(Some(TransmitParts {
+                        to,
+                        head,
+                        payload: None,
+                        promise: Some(Promise::Head {
+                            id,
+                            len: total as usize,
+                        }),
+                    }));
+                }
+                t.parked.push(parked);
                 self.out.pop_front();
                 continue;
             };
@@ -744,13 +807,19 @@ impl Broadcaster {
                     output,
                     offset: end,
                     chunk,
+                    promise: None,
                 });
             }
             self.stats.payload_bytes_sent += len;
             if !split {
                 self.stats.payload_bytes_copied += len;
             }
-            return Ok(Some(TransmitParts { to, head, payload }));
+            return Ok(Some(TransmitParts {
+                to,
+                head,
+                payload,
+                promise: None,
+            }));
         }
     }
 }

@@ -539,6 +539,9 @@ pub(super) struct Parked {
     pub(super) offset: u64,
     /// The stream's longest chunk.
     pub(super) chunk: usize,
+    /// The promise under which its head went ahead ([`Config::early_heads`](super::Config)):
+    /// the output goes whole, in one payload, once held.
+    pub(super) promise: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -555,6 +558,13 @@ pub(super) enum Outgoing {
         /// Its longest chunk ([`Config::chunk_bytes`](super::Config), or
         /// [`Config::leaf_chunk_bytes`](super::Config) to a leaf).
         chunk: usize,
+        /// As [`Parked::promise`].
+        promise: Option<u64>,
+    },
+    /// A payload promised to `to` that will not come (its task was forgotten).
+    Withdrawn {
+        to: Rank,
+        promise: u64,
     },
 }
 

@@ -100,7 +100,10 @@ impl RootTemplate {
                 output,
                 offset,
                 chunk,
+                promise: None,
             },
+            // (A root holds its data: it promises nothing, so withdraws nothing.)
+            Outgoing::Withdrawn { .. } => o.clone(),
         }));
     }
 }

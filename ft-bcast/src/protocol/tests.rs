@@ -11,6 +11,7 @@ use alloc::string::String;
 use alloc::vec;
 use core::num::NonZeroU32;
 use ft_core::wire::{self, FrameKind, Header, Writer, MAX_CHUNK};
+use ft_core::Promise;
 use ft_core::SplitMix;
 use ft_core::{FrameError, Protocol, TransmitParts};
 use proptest::prelude::{
@@ -37,6 +38,9 @@ const LEAF_CHUNK: usize = 3 * MAX_CHUNK;
 /// relays re-chunk nothing but receivers see every chunking), and each frame is taken at
 /// random through `poll_transmit` (contiguous) or `poll_transmit_parts` (head plus
 /// shared payload, joined here as a network would): both must give the same frames.
+/// Some ranks send heads ahead of their payloads ([`Config::early_heads`], drained
+/// through `poll_transmit_parts` only): the network keeps such a head and carries the
+/// whole frame when its payload goes, as if it was sent then.
 struct Net {
     n: u32,
     ranks: Vec<Option<Broadcaster>>,
@@ -51,6 +55,8 @@ struct Net {
     received: BTreeMap<(Rank, u32), u64>,
     /// Requests delivered.
     requests: usize,
+    /// Heads sent ahead of their payload, by sender and promise.
+    held_heads: BTreeMap<(Rank, u64), (Rank, Vec<u8>, usize)>,
 }
 
 impl Net {
@@ -69,6 +75,7 @@ impl Net {
                     cfg.chunk_bytes = [MAX_CHUNK, 1000, 4099][chunks.below(3) as usize];
                     cfg.leaf_chunk_bytes = [None, Some(LEAF_CHUNK)][chunks.below(2) as usize];
                     cfg.eager_push = eager_push;
+                    cfg.early_heads = chunks.chance(1, 2);
                     Some(Broadcaster::new(cfg))
                 })
                 .collect(),
@@ -81,6 +88,7 @@ impl Net {
             subtree_frames: 0,
             received: BTreeMap::new(),
             requests: 0,
+            held_heads: BTreeMap::new(),
         }
     }
 
@@ -88,8 +96,9 @@ impl Net {
         let Some(m) = self.ranks[r as usize].as_mut() else {
             return;
         };
+        let early = m.config().early_heads;
         loop {
-            let t = if self.rng.chance(1, 2) {
+            let t = if !early && self.rng.chance(1, 2) {
                 m.poll_transmit(Instant::ZERO, &mut self.buf)
                     .expect("frame_capacity fits")
                     .map(TransmitParts::from)
@@ -98,10 +107,30 @@ impl Net {
                     .expect("frame_capacity fits")
             };
             let Some(t) = t else { break };
-            self.subtree_frames += usize::from(self.buf[1] == FrameKind::BcastSubtree as u8);
-            let mut frame = self.buf[..t.head].to_vec();
+            let (to, mut frame) = match t.promise {
+                None => (t.to, self.buf[..t.head].to_vec()),
+                Some(Promise::Head { id, len }) => {
+                    assert_eq!(self.buf[1], FrameKind::BcastData as u8, "a data head");
+                    let head = self.buf[..t.head].to_vec();
+                    assert!(t.payload.is_none(), "a head alone");
+                    self.held_heads.insert((r, id), (t.to, head, len));
+                    continue;
+                }
+                Some(Promise::Payload { id }) => {
+                    let (to, head, len) =
+                        self.held_heads.remove(&(r, id)).expect("a promised head");
+                    assert_eq!(to, t.to, "a payload goes where its head went");
+                    assert_eq!(t.payload.as_ref().map(Bytes::len), Some(len), "as promised");
+                    (to, head)
+                }
+                Some(Promise::Withdrawn { id }) => {
+                    self.held_heads.remove(&(r, id)).expect("a promised head");
+                    continue;
+                }
+            };
+            self.subtree_frames += usize::from(frame[1] == FrameKind::BcastSubtree as u8);
             frame.extend_from_slice(t.payload.as_deref().unwrap_or_default());
-            self.frames.push((r, t.to, frame));
+            self.frames.push((r, to, frame));
         }
         while let Some(e) = m.poll_event() {
             self.events[r as usize].push(e);
@@ -1839,4 +1868,127 @@ fn a_chain_deeper_than_the_ancestors_carried_keeps_the_root_and_the_nearest() {
         &nearest[..],
         "then the nearest, its parent last"
     );
+}
+
+/// A frame as `poll_transmit_parts` gives it: to, head, payload, promise.
+type Parts = (Rank, Vec<u8>, Option<Bytes>, Option<Promise>);
+
+/// Every frame `m` has queued, through `poll_transmit_parts`.
+fn parts_of(m: &mut Broadcaster) -> Vec<Parts> {
+    let mut buf = vec![0; wire::frame_capacity(8)];
+    let mut out = Vec::new();
+    while let Some(t) = m.poll_transmit_parts(Instant::ZERO, &mut buf).unwrap() {
+        out.push((t.to, buf[..t.head].to_vec(), t.payload, t.promise));
+    }
+    out
+}
+
+#[test]
+fn a_relay_sends_its_childs_head_ahead_and_the_payload_whole_when_it_holds_it() {
+    // Chain 0 -> 1 -> 2, one output in one chunk. Rank 1, with early heads, sends rank 2
+    // its activation and then, holding nothing yet, the data's head; once the data is
+    // in, the payload alone, under the head's promise. Head and payload make the very
+    // frame a relay without early heads sends.
+    let size = 3000;
+    let spec = PlanSpec::new(3, 0)
+        .with_topology(Topology::Chain)
+        .with_output(OutputSpec::new("A", size, vec![1, 2]));
+    let plan = Plan::build(spec).unwrap();
+    let data = Bytes::from(payload(0, size));
+    let mut root = Broadcaster::new(Config::new(9, 3, 0));
+    root.start_broadcast(Instant::ZERO, 5, &plan, [data.clone()])
+        .unwrap();
+    let from_root = parts_of(&mut root);
+    let (activation, data_frame): (Vec<_>, Vec<_>) =
+        from_root.into_iter().partition(|f| f.2.is_none());
+    let whole = |f: &Parts| {
+        let mut frame = f.1.clone();
+        frame.extend_from_slice(f.2.as_deref().unwrap_or_default());
+        frame
+    };
+    let relay = |early: bool| {
+        let mut cfg = Config::new(9, 3, 1);
+        cfg.early_heads = early;
+        let mut m = Broadcaster::new(cfg);
+        m.handle_message(Instant::ZERO, 0, &whole(&activation[0]))
+            .unwrap();
+        let sent = parts_of(&mut m);
+        (m, sent)
+    };
+    let (mut early, ahead) = relay(true);
+    assert_eq!(ahead.len(), 2, "the activation, then the data's head");
+    assert_eq!(ahead[0].3, None);
+    let Some(Promise::Head { id, len }) = ahead[1].3 else {
+        panic!("a head sent ahead: {:?}", ahead[1].3);
+    };
+    assert_eq!((ahead[1].0, len), (2, size as usize));
+    assert!(ahead[1].2.is_none(), "the head goes alone");
+    assert_eq!(early.stats().heads_sent_early, 1);
+    early
+        .handle_message(Instant::ZERO, 0, &whole(&data_frame[0]))
+        .unwrap();
+    let after = parts_of(&mut early);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].3, Some(Promise::Payload { id }));
+    assert_eq!((after[0].0, after[0].1.len()), (2, 0), "the payload alone");
+    let payload = after[0].2.clone().expect("the payload");
+    assert_eq!(payload, data, "the output, whole");
+    // The relay without early heads: the activation alone, then the whole frame.
+    let (mut plain, plain_before) = relay(false);
+    assert_eq!(plain_before.len(), 1, "its activation alone");
+    assert_eq!(ahead[0].1, plain_before[0].1, "the same activation");
+    plain
+        .handle_message(Instant::ZERO, 0, &whole(&data_frame[0]))
+        .unwrap();
+    let plain_after = parts_of(&mut plain);
+    let mut promised = ahead[1].1.clone();
+    promised.extend_from_slice(&payload);
+    assert_eq!(promised, whole(&plain_after[0]), "the same frame");
+    let (relay_stats, plain_stats) = (early.stats(), plain.stats());
+    assert_eq!(
+        relay_stats.payload_bytes_sent,
+        plain_stats.payload_bytes_sent
+    );
+    assert_eq!(relay_stats.payload_bytes_copied, 0);
+}
+
+#[test]
+fn a_forgotten_task_withdraws_its_promised_payloads_and_a_dead_child_gets_none() {
+    // Binomial over 4: rank 2 relays to 3. Rank 2 promises rank 3 its data, then the
+    // task is forgotten: the promise is withdrawn. Again, and rank 3 dies instead:
+    // nothing more goes to it, not even a withdrawal.
+    let spec = PlanSpec::new(4, 0).with_output(OutputSpec::new("A", 100, vec![1, 2, 3]));
+    let plan = Plan::build(spec).unwrap();
+    assert!(plan.edges().any(|e| e.parent == 2 && e.child == 3));
+    for dies in [false, true] {
+        let mut root = Broadcaster::new(Config::new(9, 4, 0));
+        root.start_broadcast(Instant::ZERO, 5, &plan, [Bytes::from(payload(0, 100))])
+            .unwrap();
+        let to_2 = parts_of(&mut root)
+            .into_iter()
+            .find(|f| f.0 == 2 && f.2.is_none())
+            .expect("rank 2's activation");
+        let mut cfg = Config::new(9, 4, 2);
+        cfg.early_heads = true;
+        let mut relay = Broadcaster::new(cfg);
+        relay.handle_message(Instant::ZERO, 0, &to_2.1).unwrap();
+        let sent = parts_of(&mut relay);
+        let Some(&Some(Promise::Head { id, .. })) = sent.last().map(|f| &f.3) else {
+            panic!("a promised head to rank 3: {sent:?}");
+        };
+        if dies {
+            relay.on_rank_failed(Instant::ZERO, 3);
+        }
+        relay.forget(5);
+        let after = parts_of(&mut relay);
+        if dies {
+            assert!(after.is_empty(), "{after:?}");
+        } else {
+            assert_eq!(after.len(), 1, "{after:?}");
+            assert_eq!(
+                (after[0].0, after[0].3),
+                (3, Some(Promise::Withdrawn { id }))
+            );
+        }
+    }
 }
