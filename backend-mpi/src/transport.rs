@@ -634,16 +634,26 @@ impl MpiTransport {
         if !self.isend(to, head, len, byte, tag, comm)? {
             return Ok(()); // a dead peer: its payload goes nowhere either
         }
-        // The payload's own message: contiguous, so MPI moves it in one copy (shared
-        // memory's single-copy path) instead of packing it as a datatype would.
+        self.isend_payload(to, payload, FRAME_TAG)?;
+        self.stats.payload_bytes_in_place += payload.len() as u64;
+        Ok(())
+    }
+
+    /// Posts `payload` to `to` as a message of its own tagged `tag` on the payload
+    /// communicator, read in place (a clone is kept until the send completes). Returns
+    /// whether it was posted: a dead peer drops it.
+    fn isend_payload(&mut self, to: Rank, payload: &Bytes, tag: c_int) -> Result<bool, MpiError> {
+        // Contiguous, so MPI moves it in one copy (shared memory's single-copy path)
+        // instead of packing it as a datatype would.
         let pending = Sending {
             bytes: Vec::new(),
             payload: Some(payload.clone()),
         };
+        // SAFETY: reading an MPI constant handle.
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
         let data = self.data_comm.as_raw();
-        self.isend(to, pending, payload.len() as c_int, byte, FRAME_TAG, data)?;
-        self.stats.payload_bytes_in_place += payload.len() as u64;
-        Ok(())
+        let count = c_int::try_from(payload.len()).expect("payload over MAX_PAYLOAD");
+        self.isend(to, pending, count, byte, tag, data)
     }
 
     /// Whether [`MpiTransport::send_head`] sends heads ahead of their payloads: when
@@ -685,7 +695,8 @@ impl MpiTransport {
         ));
         let mut first = first;
         if let Some(frame) = first {
-            if 4 + frame.len() + head.len() + 8 > self.ring.capacity {
+            let joined = 4 + frame.len() + head.len() + Follows::PromisedPayload.trailer();
+            if joined > self.ring.capacity {
                 self.send_copied(to, &[frame], FRAME_TAG)?;
                 first = None;
             }
@@ -723,15 +734,7 @@ impl MpiTransport {
         // A payload of another length than promised goes anyway: the receiver's slot
         // comes back unfilled (`placed_mismatched`), as for a head that lied.
         debug_assert_eq!(payload.len(), len, "a promised payload's length");
-        let pending = Sending {
-            bytes: Vec::new(),
-            payload: Some(payload.clone()),
-        };
-        // SAFETY: reading an MPI constant handle.
-        let byte = unsafe { ffi::RSMPI_UINT8_T };
-        let data = self.data_comm.as_raw();
-        let count = c_int::try_from(payload.len()).expect("payload over MAX_PAYLOAD");
-        if self.isend(to, pending, count, byte, tag, data)? {
+        if self.isend_payload(to, payload, tag)? {
             self.stats.payload_bytes_in_place += payload.len() as u64;
         }
         Ok(())

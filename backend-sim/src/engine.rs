@@ -63,7 +63,7 @@ use std::collections::HashMap;
 
 use ft_core::view::FailureView;
 use ft_core::wire::{self, Family, FrameKind};
-use ft_core::{Bytes, Duration, FrameError, Instant, Promise, Protocol, Rank};
+use ft_core::{Bytes, Duration, FrameError, HeldHeads, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
 use crate::scenario::{ActionKind, KillPoint, Phases, Scenario, Victims};
@@ -497,9 +497,9 @@ pub struct Sim<P: SimRank> {
     buf: Vec<u8>,
     /// Where a frame sent in two parts is joined on delivery.
     rx: Vec<u8>,
-    /// Heads sent ahead of their payload ([`ft_core::Promise`]), by sender and promise:
-    /// the network carries the whole frame once the payload goes, as if sent then.
-    held_heads: HashMap<(Rank, u64), (Rank, Vec<u8>)>,
+    /// Heads sent ahead of their payload ([`ft_core::Promise`]), by sender: the network
+    /// carries the whole frame once the payload goes, as if sent then.
+    held_heads: HashMap<Rank, HeldHeads>,
     budget: u64,
     log: Log,
 }
@@ -905,27 +905,16 @@ impl<P: SimRank> Sim<P> {
                     continue;
                 }
             };
-            let (to, held);
-            let head = match t.promise {
-                None => {
-                    to = t.to;
-                    &buf[..t.head]
-                }
-                Some(Promise::Head { id, .. }) => {
-                    self.held_heads
-                        .insert((rank, id), (t.to, buf[..t.head].to_vec()));
-                    continue;
-                }
-                Some(Promise::Withdrawn { id }) => {
-                    self.held_heads.remove(&(rank, id));
-                    continue;
-                }
-                Some(Promise::Payload { id }) => {
-                    let Some(head) = self.held_heads.remove(&(rank, id)) else {
+            let held;
+            let (to, head) = match t.promise {
+                None => (t.to, &buf[..t.head]),
+                Some(promise) => {
+                    let kept = self.held_heads.entry(rank).or_default();
+                    let Some(whole) = kept.step(t.to, &buf[..t.head], promise) else {
                         continue;
                     };
-                    (to, held) = head;
-                    &held[..]
+                    held = whole;
+                    (held.to, &held.head[..])
                 }
             };
             if self.dies_before_sending(rank, head) {

@@ -41,7 +41,7 @@ pub mod wire;
 
 pub use error::{BufferTooShort, FrameError, ViewError};
 pub use landing::{Filled, Landing, Slot};
-pub use machine::{Bytes, Promise, Protocol, Transmit, TransmitParts};
+pub use machine::{Bytes, HeldHead, HeldHeads, Promise, Protocol, Transmit, TransmitParts};
 pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
 pub use rankset::{Members, RankSet};
 pub use rng::SplitMix;

@@ -62,6 +62,8 @@
 
 pub use bytes::Bytes;
 
+use alloc::vec::Vec;
+
 use crate::error::{BufferTooShort, FrameError};
 use crate::landing::{Filled, Slot};
 use crate::rank::Rank;
@@ -118,6 +120,53 @@ pub enum Promise {
         /// The promise.
         id: u64,
     },
+}
+
+/// Heads sent ahead of their payloads ([`Promise`]), kept by a backend that sends every
+/// frame whole (the simulator; a driver over a transport that does not send heads
+/// early): the whole frame goes when its payload does. One per sending machine, whose
+/// promise ids it keys by.
+#[derive(Debug, Default)]
+pub struct HeldHeads {
+    heads: hashbrown::HashMap<u64, HeldHead>,
+}
+
+/// A head kept until its payload comes ([`HeldHeads`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldHead {
+    /// Where the frame goes.
+    pub to: Rank,
+    /// The head's bytes.
+    pub head: Vec<u8>,
+    /// The payload's promised length.
+    pub len: usize,
+}
+
+impl HeldHeads {
+    /// One step of a frame sent in two, its head `head` (as written with the step) to
+    /// `to`: a [`Promise::Head`] is kept; a [`Promise::Payload`] gives its head back (the
+    /// whole frame is that head, then the payload, to the head's peer); a
+    /// [`Promise::Withdrawn`] drops it. `None` but for a payload whose head is kept (a
+    /// head whose peer was forgotten is not).
+    pub fn step(&mut self, to: Rank, head: &[u8], promise: Promise) -> Option<HeldHead> {
+        match promise {
+            Promise::Head { id, len } => {
+                let head = head.to_vec();
+                self.heads.insert(id, HeldHead { to, head, len });
+                None
+            }
+            Promise::Payload { id } => self.heads.remove(&id),
+            Promise::Withdrawn { id } => {
+                self.heads.remove(&id);
+                None
+            }
+        }
+    }
+
+    /// Drops the heads kept for `rank`, which died: their payloads go nowhere.
+    pub fn forget_peer(&mut self, rank: Rank) {
+        self.heads.retain(|_, held| held.to != rank);
+    }
 }
 
 impl TransmitParts {

@@ -39,14 +39,14 @@
 //! machine, its transmit queue is drained into the transport. Frames the machine
 //! rejects are counted, never fatal: peer input cannot stop a rank.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{RankStack, StackEvent};
 use ft_core::node::NodeEvent;
-use ft_core::{wire, Instant, Promise, Protocol, Rank, TransmitParts};
+use ft_core::{wire, HeldHeads, Instant, Promise, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
 use crate::transport::{Bytes, Delivery, Received, Transport, Wake};
@@ -142,9 +142,9 @@ pub struct Driver<P: Protocol, T: Transport> {
     /// The dead rank an event of the machine names, if it names one: each is passed to
     /// [`Transport::forget_peer`] ([`Driver::for_stack`] sets it).
     death_of: fn(&P::Event) -> Option<Rank>,
-    /// Heads sent ahead of their payload, by promise, kept here over a transport that
-    /// does not send heads early: each goes with its payload ([`Promise`]).
-    held_heads: HashMap<u64, (Rank, Vec<u8>)>,
+    /// Heads sent ahead of their payload, kept here over a transport that does not
+    /// send heads early: each goes with its payload ([`Promise`]).
+    held_heads: HeldHeads,
 }
 
 impl<P: Protocol, T: Transport> fmt::Debug for Driver<P, T> {
@@ -178,7 +178,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             last_tick: origin,
             spin_rounds: 0,
             death_of: |_| None,
-            held_heads: HashMap::new(),
+            held_heads: HeldHeads::default(),
         }
     }
 
@@ -495,7 +495,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         while let Some(event) = self.machine.poll_event() {
             if let Some(dead) = (self.death_of)(&event) {
                 self.transport.forget_peer(dead);
-                self.held_heads.retain(|_, (to, _)| *to != dead);
+                self.held_heads.forget_peer(dead);
             }
             self.events.push_back((now, event));
         }
@@ -514,35 +514,30 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         promise: Promise,
         payload: Option<Bytes>,
     ) -> Result<(), T::Error> {
-        let early = self.transport.sends_heads_early();
+        if let (Promise::Payload { .. }, Some(payload)) = (promise, &payload) {
+            self.count_payload(payload);
+        }
         let first = first.map(|len| &self.ahead[..len]);
         let head = &self.buf[..head];
-        match promise {
-            Promise::Head { id, len } if early => {
-                self.transport.send_head(to, first, head, len, id)
-            }
-            Promise::Head { id, .. } => {
-                self.held_heads.insert(id, (to, head.to_vec()));
-                first.map_or(Ok(()), |frame| self.transport.send(to, frame))
-            }
-            Promise::Payload { id } => {
-                let Some(payload) = payload else {
-                    return Ok(());
-                };
-                self.count_payload(&payload);
-                if early {
-                    return self.transport.send_promised(id, &payload);
+        if self.transport.sends_heads_early() {
+            return match (promise, payload) {
+                (Promise::Head { id, len }, _) => {
+                    self.transport.send_head(to, first, head, len, id)
                 }
-                match self.held_heads.remove(&id) {
-                    Some((to, head)) => self.transport.send_parts(to, &head, &payload),
-                    None => Ok(()), // its peer died
+                (Promise::Payload { id }, Some(payload)) => {
+                    self.transport.send_promised(id, &payload)
                 }
-            }
-            Promise::Withdrawn { id } if early => self.transport.withdraw(id),
-            Promise::Withdrawn { id } => {
-                self.held_heads.remove(&id);
-                Ok(())
-            }
+                (Promise::Payload { .. }, None) => Ok(()),
+                (Promise::Withdrawn { id }, _) => self.transport.withdraw(id),
+            };
+        }
+        let whole = self.held_heads.step(to, head, promise);
+        if let Some(frame) = first {
+            self.transport.send(to, frame)?;
+        }
+        match (whole, payload) {
+            (Some(held), Some(payload)) => self.transport.send_parts(held.to, &held.head, &payload),
+            _ => Ok(()), // a head kept, a withdrawal, or a payload whose peer died
         }
     }
 
