@@ -23,7 +23,7 @@
 use alloc::vec::Vec;
 
 use bytes::Bytes;
-use ft_core::wire::{self, FrameKind, Header, Reader, Writer};
+use ft_core::wire::{self, FrameKind, Header, Reader, Sink, Writer};
 use ft_core::{FrameError, Instant, Rank};
 
 use super::state::{Chunk, ChunkPlace, Entry, IdMap, TreeState};
@@ -125,6 +125,14 @@ pub(super) fn read_entries(r: &mut Reader<'_>, max: u32) -> Result<Vec<Entry>, F
 pub(super) struct Want {
     pub(super) output: u32,
     pub(super) offset: u64,
+}
+
+/// Writes where a data chunk belongs after its header (output, total size, offset):
+/// the fields `place::data_head` reads back, then the chunk (its length, its bytes).
+pub(super) fn put_chunk_place<S: Sink>(w: &mut Writer<S>, at: ChunkPlace) {
+    w.put_varint(at.output.into())
+        .put_varint(at.total)
+        .put_varint(at.offset);
 }
 
 /// Writes a request's fields after its header: tree, outputs (`wants` in increasing

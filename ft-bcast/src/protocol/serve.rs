@@ -25,7 +25,7 @@ use ft_core::{
     TransmitParts,
 };
 
-use super::codec::{activation_frames, put_request, Activation, Want};
+use super::codec::{activation_frames, put_chunk_place, put_request, Activation, Want};
 use super::state::{
     absorb_parts, chunk_for, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
     ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
@@ -730,6 +730,11 @@ impl Broadcaster {
                 chunk,
                 promise,
             };
+            let at = ChunkPlace {
+                output,
+                total,
+                offset,
+            };
             if let Some(id) = promise {
                 // Its head went ahead: the output goes whole, in one payload, once held.
                 let Some(whole) = t.buffers.get(&output).and_then(Buffer::whole) else {
@@ -757,10 +762,8 @@ impl Broadcaster {
                 if split && self.cfg.early_heads && offset == 0 && one_chunk {
                     let id = self.next_promise;
                     let mut w = header.write_into(buf);
-                    w.put_varint(output.into())
-                        .put_varint(total)
-                        .put_varint(0)
-                        .put_varint(total);
+                    put_chunk_place(&mut w, at);
+                    w.put_varint(total);
                     let head = w.finish()?;
                     self.next_promise += 1;
                     self.stats.heads_sent_early += 1;
@@ -784,9 +787,7 @@ impl Broadcaster {
                 continue;
             };
             let mut w = header.write_into(buf);
-            w.put_varint(output.into())
-                .put_varint(total)
-                .put_varint(offset);
+            put_chunk_place(&mut w, at);
             let len = piece.len() as u64;
             let payload = if split {
                 // `put_bytes` is the length then the bytes: the length goes in the head,
