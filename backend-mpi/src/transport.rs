@@ -59,6 +59,8 @@
 //!   receive as a payload of the wrong length (the frame lost); promises to a peer
 //!   that died are dropped ([`MpiTransport::forget_peer`]), and the receiver's
 //!   receive from a dead sender fails (ULFM) and gives its slot back;
+//! - **the timeline**: with `ft_runtime::timeline` on, the transport marks each payload
+//!   receive it posts and each poll that found payloads landed;
 //! - **a payload received in place** ([`MpiTransport::try_recv_placing`], what the
 //!   driver calls): on a head, the transport first asks the caller where the payload
 //!   should go (the machine's [`ft_core::Protocol::place_payload`]: a broadcast chunk
@@ -111,6 +113,7 @@ use std::os::raw::{c_int, c_void};
 use crate::pool::ReceivePool;
 use bytes::Bytes;
 use ft_core::{wire, Filled, Rank, Slot};
+use ft_runtime::timeline::{self, Mark};
 use ft_runtime::{Delivery, Place, Received, Transport};
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -1229,6 +1232,7 @@ impl MpiTransport {
                         return Ok(());
                     }
                     check("MPI_Irecv", code)?;
+                    timeline::mark(Mark::PayloadPosted, from);
                     self.incoming_requests.push(request);
                     self.incoming.push(Incoming {
                         buffer: head,
@@ -1259,6 +1263,7 @@ impl MpiTransport {
             return Ok(());
         }
         check("MPI_Irecv", code)?;
+        timeline::mark(Mark::PayloadPosted, from);
         self.incoming_requests.push(request);
         self.incoming.push(Incoming {
             buffer,
@@ -1313,6 +1318,9 @@ impl MpiTransport {
             return self.test_each_payload();
         }
         let done = usize::try_from(done).unwrap_or(0).min(count);
+        if done > 0 {
+            timeline::mark(Mark::PayloadLanded, done as u32);
+        }
         let mut finished = std::mem::take(&mut self.finished);
         finished.clear();
         finished.extend((0..done).filter_map(|k| {

@@ -418,6 +418,80 @@ fn bench_bcast_times_the_stack_beside_mpi_bcast_and_the_activation_floor() {
 }
 
 #[test]
+fn bench_bcast_writes_every_ranks_timeline() {
+    // `--timeline DIR`: each rank writes when each step of each repetition happened.
+    // A 64 KiB payload goes as its own message, so at every destination the stack's
+    // repetitions show the activation handed to the machine and handled, then the
+    // payload's receive posted and seen landed; the floor marks the same steps.
+    let dir = std::env::temp_dir().join(format!("ftmpi-timeline-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let reps = 3;
+    let args = [
+        "bench-bcast",
+        "--sizes",
+        "65536",
+        "--outputs",
+        "1",
+        "--reps",
+        "3",
+        "--timeline",
+        dir.to_str().unwrap(),
+    ];
+    let lines = run(4, &args);
+    assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 2, 3]);
+    for rank in 0..4 {
+        let path = dir.join(format!("rank-{rank}.tsv"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        assert_eq!(text.lines().last(), Some("# dropped 0"), "{path:?}");
+        let marks: Vec<(&str, &str)> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let fields: Vec<&str> = l.split('\t').collect();
+                assert!(fields[0].parse::<u64>().is_ok(), "{path:?}: {l}");
+                (fields[1], fields[2])
+            })
+            .collect();
+        for phase in ["stack", "mpi_bcast", "activation_floor"] {
+            for mark in ["rep_start", "rep_done"] {
+                let count = marks.iter().filter(|&&m| m == (mark, phase)).count();
+                assert_eq!(count, reps, "rank {rank}: {mark} {phase}");
+            }
+        }
+        if rank == 0 {
+            continue;
+        }
+        for phase in ["stack", "activation_floor"] {
+            let mut inside = None;
+            for &(mark, arg) in &marks {
+                match (mark, &mut inside) {
+                    ("rep_start", _) => inside = (arg == phase).then(Vec::new),
+                    ("rep_done", Some(steps)) => {
+                        let order = [
+                            "frame_received",
+                            "frame_handled",
+                            "payload_posted",
+                            "payload_landed",
+                        ];
+                        let mut at = steps.iter();
+                        for step in order {
+                            assert!(
+                                at.any(|&s| s == step),
+                                "rank {rank}, {phase}: no {step} in order in {steps:?}"
+                            );
+                        }
+                        inside = None;
+                    }
+                    (_, Some(steps)) => steps.push(mark),
+                    _ => {}
+                }
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn bench_times_validate_global_beside_ulfm_agree() {
     // A smoke run of the benchmark (the figures come from longer runs, see the README).
     let lines = run(3, &["bench", "--reps", "5"]);

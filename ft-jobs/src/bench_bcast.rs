@@ -30,6 +30,7 @@
 //! task ([`release`]; a case's last one after its bytes were checked): a rank holds
 //! one repetition's outputs at a time.
 
+use std::path::PathBuf;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
@@ -37,6 +38,7 @@ use clap::Args;
 use ft_bcast::{BcastEvent, OutputSet, OutputSpec, Plan, PlanSpec, StackEvent, Strategy};
 use ft_core::wire::MAX_CHUNK;
 use ft_core::Rank;
+use ft_runtime::timeline::{self, Mark};
 use ft_runtime::{Bytes, Transport};
 use serde_json::{json, Value};
 
@@ -82,7 +84,40 @@ pub struct BenchBcastArgs {
     /// are split once per case
     #[arg(long)]
     pub plan_per_rep: bool,
+    /// Record when each step of every repetition happened at each rank
+    /// (`ft_runtime::timeline`: repetitions' starts and ends per phase, frames handed
+    /// to the machine and handled, payload receives posted and landed) and write rank
+    /// `r`'s to `DIR/rank-r.tsv`; `scripts/bcast-timeline` summarises them.
+    #[arg(long, value_name = "DIR")]
+    pub timeline: Option<PathBuf>,
 }
+
+/// The phases of a repetition, as a timeline's `rep_start` and `rep_done` name them.
+pub mod phase {
+    /// The stack's broadcast.
+    pub const STACK: u32 = 0;
+    /// One `MPI_Bcast` per output (`ftmpi`).
+    pub const MPI_BCAST: u32 = 1;
+    /// The activation floor (`ftmpi`).
+    pub const ACTIVATION_FLOOR: u32 = 2;
+    /// The plain two-sided broadcast on the bare transport (`ftofi`).
+    pub const TWO_SIDED: u32 = 3;
+
+    /// A phase's name in a written timeline.
+    pub fn name(phase: u32) -> &'static str {
+        match phase {
+            STACK => "stack",
+            MPI_BCAST => "mpi_bcast",
+            ACTIVATION_FLOOR => "activation_floor",
+            TWO_SIDED => "two_sided",
+            _ => "other",
+        }
+    }
+}
+
+/// Marks a timeline keeps per rank and timed repetition (a relay's repetition of 4
+/// outputs makes a few dozen).
+const MARKS_PER_REP: usize = 256;
 
 /// `--strategy`: a strategy's name.
 fn parse_strategy(name: &str) -> Result<Strategy, String> {
@@ -137,6 +172,38 @@ impl BenchBcastArgs {
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// Starts recording the timeline if `--timeline` asks for one, with room for
+    /// `cases` cases of `--reps` repetitions.
+    pub fn start_timeline(&self, cases: usize) {
+        if self.timeline.is_some() {
+            timeline::enable((cases * self.reps as usize * MARKS_PER_REP).max(1 << 12));
+        }
+    }
+
+    /// Writes this thread's timeline to `DIR/rank-me.tsv` if `--timeline` asked for
+    /// one: a line per mark, `nanoseconds<TAB>mark<TAB>argument` (the argument of
+    /// `rep_start` and `rep_done` is the phase's name), oldest first, and a last line
+    /// `# dropped <marks past the capacity>`.
+    pub fn write_timeline(&self, me: Rank) -> Result<(), String> {
+        let Some(dir) = &self.timeline else {
+            return Ok(());
+        };
+        let recorded = timeline::take();
+        let mut text = String::with_capacity(recorded.marks.len() * 32);
+        for (nanos, mark, arg) in &recorded.marks {
+            let arg = match mark {
+                Mark::RepStart | Mark::RepDone => phase::name(*arg).to_string(),
+                _ => arg.to_string(),
+            };
+            text.push_str(&format!("{nanos}\t{}\t{arg}\n", mark.name()));
+        }
+        text.push_str(&format!("# dropped {}\n", recorded.dropped));
+        let path = dir.join(format!("rank-{me}.tsv"));
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, text))
+            .map_err(|e| format!("cannot write the timeline {}: {e}", path.display()))
     }
 }
 
@@ -308,6 +375,7 @@ pub fn stack_rep<T: Transport>(
     limit: StdDuration,
 ) -> Result<f64, String> {
     let since = WallInstant::now();
+    timeline::mark(Mark::RepStart, phase::STACK);
     if let Some(Start { spec, payloads }) = start {
         driver
             .command(|stack, now| match spec {
@@ -337,7 +405,9 @@ pub fn stack_rep<T: Transport>(
             case.needs.iter().all(held).then_some(Ok(()))
         })
         .map_err(|e| e.to_string())??;
-    Ok(since.elapsed().as_secs_f64() * 1e6)
+    let took = since.elapsed().as_secs_f64() * 1e6;
+    timeline::mark(Mark::RepDone, phase::STACK);
+    Ok(took)
 }
 
 /// Drops what this rank keeps of broadcast `task` (every rank must hold what it needs
@@ -385,6 +455,7 @@ fn raw_rep<T: Transport>(
     let chunks = (case.bytes as usize).div_ceil(MAX_CHUNK);
     let mut frame = Vec::with_capacity(DATA_HEADER + MAX_CHUNK);
     let since = WallInstant::now();
+    timeline::mark(Mark::RepStart, phase::TWO_SIDED);
     if case.is_root(me) {
         for (j, (_, children)) in trees.iter().enumerate() {
             for (c, chunk) in case.payloads[j].chunks(MAX_CHUNK).enumerate() {
@@ -420,7 +491,9 @@ fn raw_rep<T: Transport>(
             missing -= 1;
         }
     }
-    Ok(since.elapsed().as_secs_f64() * 1e6)
+    let took = since.elapsed().as_secs_f64() * 1e6;
+    timeline::mark(Mark::RepDone, phase::TWO_SIDED);
+    Ok(took)
 }
 
 /// The output index and byte offset of a baseline data frame of repetition `tag`.
@@ -454,6 +527,7 @@ pub fn bench_bcast<L: Launch>(
     let (me, n) = (launch.rank(), launch.size());
     let limit = args.limit();
     let cases = bench.cases(n, me);
+    bench.start_timeline(cases.len() * 2);
     let reps = bench.reps as usize;
     // times[case][rep]: this rank's raw, then stack, microseconds.
     let mut raw_times = vec![Vec::with_capacity(reps); cases.len()];
@@ -521,6 +595,7 @@ pub fn bench_bcast<L: Launch>(
         .flatten()
         .copied()
         .collect();
+    bench.write_timeline(me)?;
     let all = gather_at_zero(&mut driver, &mine, limit)?;
     // The gather's roots serve rank 0 until it has every part.
     validate_once(&mut driver, limit)?;

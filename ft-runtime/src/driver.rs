@@ -33,6 +33,8 @@
 //! transport that [`Transport::sends_heads_early`]; over any other, the driver keeps
 //! the head and sends the whole frame when the payload comes. [`Driver::for_stack`]
 //! lets the stack's broadcaster send heads early exactly when the transport does.
+//! With [`crate::timeline`] on, a pump marks each frame handed to the machine and
+//! handled, and the sending of what the machine answered.
 //!
 //! Invariants: the clock passed to the machine never goes back (it is one monotonic
 //! `std::time::Instant` origin per driver); after every public call that touched the
@@ -49,6 +51,7 @@ use ft_core::node::NodeEvent;
 use ft_core::{wire, HeldHeads, Instant, Promise, Protocol, Rank, TransmitParts};
 
 use crate::runtime::Engine;
+use crate::timeline::{self, Mark};
 use crate::transport::{Bytes, Delivery, Received, Transport, Wake};
 
 /// The longest an idle loop sleeps, by default: a frame that arrives while the rank
@@ -272,14 +275,18 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                 None => break,
                 Some(Delivery::Received(Received::Frame { from, bytes })) => {
                     busy = true;
+                    timeline::mark(Mark::FrameReceived, from);
                     hand_over(&mut self.machine, &mut self.stats, now, from, bytes);
+                    timeline::mark(Mark::FrameHandled, from);
                 }
                 Some(Delivery::Received(Received::Owned { from, frame })) => {
                     busy = true;
                     self.stats.frames_owned += 1;
+                    timeline::mark(Mark::FrameReceived, from);
                     if self.machine.handle_message_owned(now, from, frame).is_err() {
                         self.stats.rejected += 1;
                     }
+                    timeline::mark(Mark::FrameHandled, from);
                 }
                 Some(Delivery::Received(Received::Oversized { .. })) => {
                     busy = true;
@@ -292,6 +299,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                 }) => {
                     busy = true;
                     self.stats.frames_placed += 1;
+                    timeline::mark(Mark::FrameReceived, from);
                     if self
                         .machine
                         .handle_message_placed(now, from, head, payload)
@@ -299,6 +307,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
                     {
                         self.stats.rejected += 1;
                     }
+                    timeline::mark(Mark::FrameHandled, from);
                 }
                 Some(Delivery::Unplaced { slot }) => {
                     busy = true;
@@ -307,6 +316,7 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
             }
             // Answer as we go, so a burst of frames does not hold back replies.
             self.flush(now)?;
+            timeline::mark(Mark::Flushed, 0);
             news = self.events.len() > events;
         }
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {

@@ -10,6 +10,9 @@
 //!   threads blocking commands (`validate_local`, `validate_global`, `recognize`,
 //!   `revoke`, `start_broadcast`, `wait_outputs`, `release`) and a published
 //!   [`ViewSnapshot`] of the failure view that answers the state queries;
+//! - [`timeline`]: an opt-in record of when each step of a rank's work happened (frames
+//!   handed to the machine and handled, payload receives posted and landed), for
+//!   finding where a broadcast's time goes rank by rank;
 //! - [`mem`]: an in-process network ([`MemNet`]) whose ranks are threads of one
 //!   process, for groups simulated in one process (tests, demos, the `ft` crate's
 //!   `sim` backend);
@@ -25,6 +28,7 @@ mod sync;
 pub mod driver;
 pub mod mem;
 pub mod runtime;
+pub mod timeline;
 pub mod transport;
 
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};

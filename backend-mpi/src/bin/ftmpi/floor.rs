@@ -32,7 +32,8 @@ use std::ffi::{c_int, c_void};
 use std::time::Instant as WallInstant;
 
 use ft_core::Rank;
-use ft_jobs::bench_bcast::{raw_trees, Case};
+use ft_jobs::bench_bcast::{phase, raw_trees, Case};
+use ft_runtime::timeline::{self, Mark};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
@@ -108,6 +109,7 @@ impl Floor {
         rep: u32,
     ) -> Result<f64, String> {
         let since = WallInstant::now();
+        timeline::mark(Mark::RepStart, phase::ACTIVATION_FLOOR);
         let mut sends: Vec<ffi::MPI_Request> = Vec::new();
         if self.root {
             for (j, (_, children)) in self.trees.iter().enumerate() {
@@ -118,6 +120,7 @@ impl Floor {
                 }
             }
             let took = since.elapsed().as_secs_f64() * 1e6;
+            timeline::mark(Mark::RepDone, phase::ACTIVATION_FLOOR);
             wait_all(&mut sends)?;
             return Ok(took);
         }
@@ -145,15 +148,18 @@ impl Floor {
             check("MPI_Waitany", code)?;
             let index = usize::try_from(index).map_err(|_| "MPI_Waitany: no request")?;
             if index == 0 {
+                let from = status.MPI_SOURCE as Rank;
+                timeline::mark(Mark::FrameReceived, from);
                 let (tag, j, len) = decode(&activation);
                 if tag != rep || j >= buffers.len() || buffers[j].len() != len {
                     return Err(format!(
                         "activation floor: a stray activation {activation:?}"
                     ));
                 }
-                let from = status.MPI_SOURCE as Rank;
+                timeline::mark(Mark::FrameHandled, from);
                 requests[1 + j] =
                     irecv(comm, from as c_int, DATA_TAG + j as c_int, &mut buffers[j])?;
+                timeline::mark(Mark::PayloadPosted, from);
                 for &child in &self.trees[j].1 {
                     activate(comm, child, rep, j, len)?;
                 }
@@ -163,6 +169,7 @@ impl Floor {
                 }
             } else {
                 let j = index - 1;
+                timeline::mark(Mark::PayloadLanded, 1);
                 for &child in &self.trees[j].1 {
                     sends.push(isend(comm, child, &buffers[j], j)?);
                 }
@@ -170,6 +177,7 @@ impl Floor {
             }
         }
         let took = since.elapsed().as_secs_f64() * 1e6;
+        timeline::mark(Mark::RepDone, phase::ACTIVATION_FLOOR);
         wait_all(&mut sends)?;
         Ok(took)
     }

@@ -50,8 +50,9 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 use backend_mpi::{MpiLaunch, MpiTransport};
 use clap::{Parser, Subcommand};
 use ft_core::shrink::Survivors;
-use ft_jobs::bench_bcast::{release, stack_rep, BenchBcastArgs};
+use ft_jobs::bench_bcast::{phase, release, stack_rep, BenchBcastArgs};
 use ft_jobs::{Finished, JobArgs, JobCommand, Launch, RankDriver};
+use ft_runtime::timeline::{self, Mark};
 use ft_runtime::{Received, Transport};
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::environment::Threading;
@@ -470,6 +471,7 @@ fn bench_bcast(
     let limit = StdDuration::from_secs(job.limit_s);
     let (me, n) = (world.rank() as u32, world.size() as u32);
     let cases = bench.cases(n, me);
+    bench.start_timeline(cases.len() * 3);
     let worst = |mine: f64| {
         let mut max = 0.0;
         world.all_reduce_into(&mine, &mut max, SystemOperation::max());
@@ -518,12 +520,15 @@ fn bench_bcast(
 
             world.barrier();
             let since = WallInstant::now();
+            timeline::mark(Mark::RepStart, phase::MPI_BCAST);
             for (comm, buffer) in comms.iter().zip(&mut buffers) {
                 if let Some(comm) = comm {
                     comm.process_at_rank(0).broadcast_into(&mut buffer[..]);
                 }
             }
-            times[1].push(worst(since.elapsed().as_secs_f64() * 1e6));
+            let took = since.elapsed().as_secs_f64() * 1e6;
+            timeline::mark(Mark::RepDone, phase::MPI_BCAST);
+            times[1].push(worst(took));
 
             world.barrier();
             let mine = floor.rep(&floor_comm, case, &mut floor_buffers, rep)?;
@@ -551,6 +556,7 @@ fn bench_bcast(
             &[("activation_floor", floor)],
         ));
     }
+    bench.write_timeline(me)?;
     let line = if me == 0 {
         lines.join("\n")
     } else {
