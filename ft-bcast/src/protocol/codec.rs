@@ -27,6 +27,11 @@ use ft_core::wire::{self, FrameKind, Header, Reader, Sink, Writer};
 use ft_core::{FrameError, Instant, Rank};
 
 use super::state::{Chunk, ChunkPlace, Entry, IdMap, TreeState};
+use smallvec::SmallVec;
+
+/// The activation frames of one round of `progress`, every child's in turn: inline for
+/// a few children (each frame is its own vector, queued as it is).
+pub(super) type Frames = SmallVec<[Vec<u8>; 4]>;
 use super::Broadcaster;
 use crate::outputs::OutputSet;
 
@@ -317,7 +322,7 @@ impl Broadcaster {
 /// `data_follows`) and as many `BcastSubtree` as the subtree needs.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn activation_frames(
-    frames: &mut Vec<Vec<u8>>,
+    frames: &mut Frames,
     head: Header,
     tree_id: u32,
     tree: &TreeState,

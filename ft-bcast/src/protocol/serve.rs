@@ -17,6 +17,7 @@
 //! nothing; a receiver takes chunks of any length, at any offset, within the output.
 use alloc::vec::Vec;
 use hashbrown::{HashMap, HashSet};
+use smallvec::SmallVec;
 
 use bytes::Bytes;
 use ft_core::wire::{self, Context, FrameKind, Header};
@@ -25,10 +26,10 @@ use ft_core::{
     TransmitParts,
 };
 
-use super::codec::{activation_frames, put_chunk_place, put_request, Activation, Want};
+use super::codec::{activation_frames, put_chunk_place, put_request, Activation, Frames, Want};
 use super::state::{
     absorb_parts, chunk_for, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
-    ChunkPlace, Early, Entry, Outgoing, Parked, TreeState, Waiting,
+    ChunkPlace, Early, Entry, Outgoing, Parked, PerEntry, TreeState, Waiting,
 };
 use super::{BcastEvent, Broadcaster};
 use crate::outputs::OutputSet;
@@ -87,7 +88,7 @@ impl Broadcaster {
         // or pushed to that rank merges into that stream: the stream started at 0 or at
         // an offset the rank held then, and what a rank holds only grows, so the
         // stream covers every byte the later request lacks.
-        let mut streams: Vec<(Rank, u32, u64)> = Vec::new();
+        let mut streams: SmallVec<[(Rank, u32, u64); 4]> = SmallVec::new();
         for w in &mut t.waiting {
             let served = t.served.entry(w.child).or_default();
             w.wants.retain(|want| {
@@ -103,9 +104,9 @@ impl Broadcaster {
         t.waiting.retain(|w| !w.wants.is_empty());
         // Releases and activations, tree by tree: each child to activate with the size
         // of its subtree, its activation frames and, if pushed to, its fetch set.
-        let mut activations: Vec<Activating> = Vec::new();
+        let mut activations: SmallVec<[Activating; 4]> = SmallVec::new();
         // Every activation frame of the round, children's runs one after another.
-        let mut encoded: Vec<Vec<u8>> = Vec::new();
+        let mut encoded: Frames = SmallVec::new();
         let cap = wire::frame_capacity(self.cfg.n) - 32;
         for (&tree_id, tree) in t.trees.iter_mut() {
             if !tree.released && tree.needs.is_subset(&t.complete) {
@@ -123,7 +124,7 @@ impl Broadcaster {
             }
             // Whose subtree each entry lies in, and each subtree's size, once per tree
             // and only if a child is still to activate.
-            let mut owned: Option<(Vec<u32>, Vec<u32>)> = None;
+            let mut owned: Option<(PerEntry, PerEntry)> = None;
             for d in 0..tree.direct.len() {
                 let i = tree.direct[d];
                 let e = &tree.entries[i];

@@ -75,8 +75,8 @@ impl TreeState {
     /// it lies in (itself for an entry of `direct`), or `u32::MAX` for none (a dead
     /// entry between this rank and its direct descendants). One pass, parent-first: an
     /// entry's parent comes before it.
-    pub(super) fn owners(&self) -> Vec<u32> {
-        let mut owner = alloc::vec![u32::MAX; self.entries.len()];
+    pub(super) fn owners(&self) -> PerEntry {
+        let mut owner: PerEntry = smallvec::smallvec![u32::MAX; self.entries.len()];
         for &k in &self.direct {
             owner[k] = k as u32;
         }
@@ -376,6 +376,10 @@ pub(super) struct Task {
     pub(super) abandoned: bool,
 }
 
+/// A number per entry of a subtree, inline up to 16 entries (a relay's subtree in a
+/// task runtime's typical broadcast): what `progress` derives once per round.
+pub(super) type PerEntry = SmallVec<[u32; 16]>;
+
 /// Values by a small id (an output's index, a tree's id), in a vector kept sorted by
 /// id: a task's output sizes, its output buffers and its trees. A rank takes part in
 /// few trees of a task (one per class it is in; the root in all of them, which it
@@ -584,8 +588,8 @@ impl Task {
 
 /// Per entry, the size of the subtree it heads among `owners` ([`TreeState::owners`]):
 /// the entries it owns, itself included (0 for an entry no direct child owns).
-pub(super) fn subtree_sizes(owners: &[u32]) -> Vec<u32> {
-    let mut sizes = alloc::vec![0; owners.len()];
+pub(super) fn subtree_sizes(owners: &[u32]) -> PerEntry {
+    let mut sizes: PerEntry = smallvec::smallvec![0; owners.len()];
     for &owner in owners {
         if let Some(size) = sizes.get_mut(owner as usize) {
             *size += 1;
