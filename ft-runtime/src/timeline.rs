@@ -70,7 +70,8 @@ thread_local! {
 }
 
 /// Turns recording on for every thread of the process, each keeping at most
-/// `capacity` marks.
+/// `capacity` marks (a thread that has already started a buffer keeps that buffer's
+/// room until [`take`] empties it).
 pub fn enable(capacity: usize) {
     CAPACITY.store(capacity, Ordering::Relaxed);
     ON.store(true, Ordering::Release);
@@ -96,11 +97,11 @@ fn record(what: Mark, arg: u32) {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     MINE.with(|mine| {
         let mut mine = mine.borrow_mut();
-        let capacity = CAPACITY.load(Ordering::Relaxed);
         if mine.marks.capacity() == 0 {
-            mine.marks.reserve_exact(capacity);
+            mine.marks.reserve_exact(CAPACITY.load(Ordering::Relaxed));
         }
-        if mine.marks.len() < capacity {
+        // Bounded by what was reserved, so the buffer never grows (nor reallocates).
+        if mine.marks.len() < mine.marks.capacity() {
             mine.marks.push((nanos, what, arg));
         } else {
             mine.dropped += 1;
