@@ -175,10 +175,11 @@ impl BenchBcastArgs {
     }
 
     /// Starts recording the timeline if `--timeline` asks for one, with room for
-    /// `cases` cases of `--reps` repetitions.
-    pub fn start_timeline(&self, cases: usize) {
+    /// `cases` cases of `--reps` repetitions in each of `phases` timed phases.
+    pub fn start_timeline(&self, cases: usize, phases: usize) {
         if self.timeline.is_some() {
-            timeline::enable((cases * self.reps as usize * MARKS_PER_REP).max(1 << 12));
+            let reps = cases * phases * self.reps as usize;
+            timeline::enable((reps * MARKS_PER_REP).max(1 << 12));
         }
     }
 
@@ -527,7 +528,7 @@ pub fn bench_bcast<L: Launch>(
     let (me, n) = (launch.rank(), launch.size());
     let limit = args.limit();
     let cases = bench.cases(n, me);
-    bench.start_timeline(cases.len() * 2);
+    bench.start_timeline(cases.len(), 2); // two-sided, stack
     let reps = bench.reps as usize;
     // times[case][rep]: this rank's raw, then stack, microseconds.
     let mut raw_times = vec![Vec::with_capacity(reps); cases.len()];

@@ -26,14 +26,15 @@ use bytes::Bytes;
 use ft_core::wire::{self, FrameKind, Header, Reader, Sink, Writer};
 use ft_core::{FrameError, Instant, Rank};
 
-use super::state::{Chunk, ChunkPlace, Entry, IdMap, TreeState};
 use smallvec::SmallVec;
+
+use super::state::{Chunk, ChunkPlace, Entry, IdMap, TreeState};
+use super::Broadcaster;
+use crate::outputs::OutputSet;
 
 /// The activation frames of one round of `progress`, every child's in turn: inline for
 /// a few children (each frame is its own vector, queued as it is).
 pub(super) type Frames = SmallVec<[Vec<u8>; 4]>;
-use super::Broadcaster;
-use crate::outputs::OutputSet;
 
 /// Ancestors carried in an activation: the root and the nearest ones. If all the
 /// nearest die, the root (which holds everything) is the fallback.
