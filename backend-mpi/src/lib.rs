@@ -29,7 +29,7 @@
 //!
 //! Known limit of Open MPI 5.0 (not of this crate): after a process died, `MPI_Finalize`
 //! at a survivor can wait forever in its PMIx fence for the dead process
-//! (open-mpi/ompi#11404; here about one run in three). The application owns MPI's
+//! (open-mpi/ompi#11404). The application owns MPI's
 //! initialization and finalization; `ftmpi` exits without finalizing once it has seen
 //! a failure.
 #[cfg(feature = "cli")]

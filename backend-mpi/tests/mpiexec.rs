@@ -63,8 +63,8 @@ fn mpiexec_run(args: &[&OsStr]) -> (Output, Duration) {
         .unwrap_or_else(|hung| panic!("{}", hung.describe(args, JOB_LIMIT)))
 }
 
-/// What PRRTE prints when its launcher could not start (seen once in a CI run, with
-/// no rank started and nothing on stdout): the job never ran, so it is run again.
+/// What PRRTE prints when its launcher could not start (no rank started, nothing on
+/// stdout): the job never ran, so it is run again.
 const LAUNCHER_DID_NOT_START: &str = "PMIx server's listener thread failed to start";
 
 /// [`mpiexec_run`] with its own limit; a job past it is killed and returned as
@@ -369,7 +369,7 @@ fn a_multi_chunk_broadcast_sends_and_receives_its_payload_bytes_in_place() {
     assert_eq!(sum("placed_mismatched"), 0, "{lines:#?}");
     // The root's activation of each of its children (three in the tree of class
     // {1, 3, 5, 7}, two in that of {2, 4, 6}) rode in front of the first data pushed
-    // to it, one message where there were two (a relay activates its children before
+    // to it, one message instead of two (a relay activates its children before
     // its data arrives, so its activations go alone), and every such message was
     // taken apart into its two frames.
     let root = lines
@@ -526,11 +526,9 @@ fn bench_times_the_shrink_beside_ulfm_shrink_after_a_kill() {
     }
 }
 
-/// The job failed promptly with `message` said once (`conformance::refused`).
-/// Runs a job that must refuse its input. Once seen in CI (1 of ~60 such jobs, not
-/// reproduced in 100 more under load): every rank had refused, yet `mpiexec` itself
-/// ran on for 120 s. A job whose ranks have all ended but whose launcher hangs is run
-/// once more, and said so on stderr; a rank still running fails the test.
+/// Runs a job that must refuse its input. `mpiexec` itself can run on after every rank
+/// has refused: a job whose ranks have all ended but whose launcher hangs is run once
+/// more, and said so on stderr; a rank still running fails the test.
 fn refusing_run(args: &[&OsStr]) -> (Output, Duration) {
     match mpiexec_within(args, REFUSAL_LIMIT) {
         Ok(run) => run,
@@ -546,6 +544,7 @@ fn refusing_run(args: &[&OsStr]) -> (Output, Duration) {
     }
 }
 
+/// The job failed promptly with `message` said once (`conformance::refused`).
 fn refused(args: &[&str], (out, took): &(Output, Duration), message: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     conformance::refused(out.status.success(), &stderr, *took, message)
@@ -594,7 +593,7 @@ fn a_rank_that_fails_after_the_start_ends_the_job() {
     // would (SIGKILL); the others see it fail and finish without it. mpiexec's status
     // is not the signal here (0 after any failure ULFM survives): the survivors are.
     // Both survivors must print even when one finishes long before the other: a
-    // non-zero exit in its place let PRRTE kill the slower survivor (CI, under load).
+    // non-zero exit in its place would let PRRTE kill the slower survivor.
     let kill = ["validate", "--kill", "1", "--timeout-ms", "3000"];
     let mut args = context("3", &kill);
     let impatient: Vec<&str> = kill.iter().copied().chain(["--limit-s", "1"]).collect();

@@ -19,8 +19,8 @@
 //! `ftmpi send-parts` drives the transport alone: header + payload frames sent in
 //! place (`MpiTransport::send_parts`), checked byte for byte at the receivers.
 //!
-//! How a job ends, so that no rank is left behind (measured with Open MPI 5.0.11 under
-//! `--with-ft ulfm`: `MPI_Abort` does not stop the other ranks, and a rank that calls
+//! How a job ends, so that no rank is left behind (with Open MPI 5.0 under
+//! `--with-ft ulfm`, `MPI_Abort` does not stop the other ranks, and a rank that calls
 //! `MPI_Finalize` after another left without it waits forever, ompi#11404):
 //!
 //! - **bad input** (a usage error, a check of `ft_jobs::JobCommand::check`): every rank
@@ -33,9 +33,7 @@
 //!   rank does; under ULFM the others see it fail and finish without it. It does not
 //!   exit with a non-zero status: PRRTE's `error-nonzero-status` policy (on by
 //!   default) then tears the job down once a second rank has failed and a survivor
-//!   leaves, killing the survivors still printing their results (measured: one
-//!   `SIGKILL`ed rank, one `exit(1)`, and the survivor that finished second never
-//!   printed). So `mpiexec` exits 0, as it does after any failure ULFM survives; the
+//!   leaves, killing the survivors still printing their results. So `mpiexec` exits 0, as it does after any failure ULFM survives; the
 //!   reason is on stderr, and the survivors' `L` and `G` name the rank;
 //! - **success**: a rank that saw a failure exits without finalizing; one that saw none
 //!   finalizes, but gives up waiting after [`FINALIZE_LIMIT`] (a rank may have failed
@@ -177,8 +175,7 @@ const FINALIZE_LIMIT: StdDuration = StdDuration::from_secs(5);
 /// allocations up to 32 MiB (its largest) from the heap, not from fresh mappings. A
 /// broadcast's receive buffers (one per chunk, owned by the outputs until the task is
 /// released) then reuse the pages of the last task's instead of faulting in new zeroed
-/// ones: at n = 4, 4 MiB × 4 outputs, glibc's defaults cost the stack about 2× (the
-/// notes of issue 14g); `MPI_Bcast` reuses its caller's buffers and is unaffected.
+/// ones; `MPI_Bcast` reuses its caller's buffers and is unaffected.
 fn keep_heap() {
     // SAFETY: `mallopt` only sets glibc's allocator parameters.
     unsafe {
@@ -199,8 +196,8 @@ fn main() -> ExitCode {
     let cli = match agree_on_input(&world, parsed, threading) {
         Ok(cli) => cli,
         Err(code) => {
-            // Every rank refused together; still, Finalize's fence can hang (it was seen
-            // once past 120 s under load): bound it as after a clean run.
+            // Every rank refused together; still, Finalize's fence can hang: bound it as
+            // after a clean run.
             exit_after(
                 FINALIZE_LIMIT,
                 if code == ExitCode::SUCCESS {
