@@ -269,8 +269,8 @@ fn all_to_all_many_frames_up_to_max_frame() {
         12 + (seq as usize * 7919) % (max - 11)
     });
     // The transport does not ask for FI_ORDER_SAS, and with ofi_rxm's dynamic receive
-    // buffers on, a rendezvous-size frame was seen to complete after eager frames sent
-    // behind it. So only the set of frames is asserted, never their order.
+    // buffers on, a rendezvous-size frame can complete after eager frames sent behind
+    // it. So only the set of frames is asserted, never their order.
     eprintln!("many: in order per receiver: {in_order:?}");
 }
 
@@ -384,10 +384,9 @@ fn oversized_frames_are_reported_and_the_transport_keeps_working() {
 /// flight when it leaves); without, it leaves right after publishing its name.
 ///
 /// The survivors' sending window runs from when rank 2 starts leaving, not from when
-/// its drop returned: `tcp;ofi_rxm` (libfabric 1.17) was seen to spin in the
-/// endpoint's `fi_close` for as long as connected peers kept sending to it (a CI run
-/// hung here, rank 2 inside `fi_close` at 100 % CPU, ranks 0 and 1 still sending), so
-/// a window that waited for the drop to return never ended.
+/// its drop returned: `tcp;ofi_rxm` (libfabric 1.17) spins in the endpoint's
+/// `fi_close` for as long as connected peers keep sending to it, so a window that
+/// waited for the drop to return would never end.
 fn survivors_keep_sending_to_a_peer_that_left(test: &str, victim_connects: bool) {
     const N: u32 = 3;
     const VICTIM: Rank = 2;
