@@ -214,10 +214,10 @@
 //!   tree, also when every rank knew the same deaths at its call. On the sweeps a death
 //!   learned after a call, or views that differ at the calls, cost the coordinator's
 //!   ballot 1 (its prepare and four traversals, after at most a round-0 frame and a
-//!   notice) at most, which the `k + 1` rounds of the bound already count. (Measured
-//!   over 10^5 random schedules in `tests/agreement.rs`, `randomized_schedules_many`,
-//!   80 % of them on the sweeps and 30 % with deaths known at the call by some ranks:
-//!   at most `4.17·⌈log2 n⌉·δ` after `t*`.)
+//!   notice) at most, which the `k + 1` rounds of the bound already count.
+//!   (`randomized_schedules_many` in `tests/agreement.rs` checks the bound over 10^5
+//!   random schedules, 80 % of them on the sweeps and 30 % with deaths known at the
+//!   call by some ranks, and prints the worst time after `t*` in `⌈log2 n⌉·δ`.)
 //! - **Epochs**: successive decisions grow (`G_e ⊇ G_{e-1}`, since round 0 excludes
 //!   `G_{e-1}` and every value contains its `D`), and no frame of one epoch changes the
 //!   state of another. Sweep frames carry the epoch like every frame; a rank that
