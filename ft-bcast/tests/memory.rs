@@ -69,13 +69,10 @@ const BYTES_PER_ENTRY: usize = 256;
 /// Bytes per tree the rank is in (its tree state, ancestors, tables' empty headers).
 const BYTES_PER_TREE: usize = 1024;
 /// Bytes per task: the task's state (boxed, about 250 bytes) and its vectors of output
-/// sizes, buffers and trees (`protocol::state::IdMap`). (Until session 10 a task paid
-/// two B-tree nodes of 11 slots in full, the machine's task map holding tasks inline
-/// and the task's tree map holding trees inline, plus hash tables for its sizes and
-/// buffers, and the bound was 8 KiB.)
+/// sizes, buffers and trees (`protocol::state::IdMap`).
 const BYTES_PER_TASK: usize = 2 << 10;
 /// Bytes a machine may keep after `forget`: the task map's emptied root node (11
-/// slots of a task id and a box) and its queues' capacity. (6 KiB until session 10.)
+/// slots of a task id and a box) and its queues' capacity.
 const BYTES_KEPT: isize = 2 << 10;
 
 /// Payload bytes of every output.

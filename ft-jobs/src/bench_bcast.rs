@@ -12,10 +12,8 @@
 //! repetition's time is the largest over the ranks: when the last destination got its
 //! last byte. A case reports the median over `--reps` repetitions. The root has its
 //! call ready before the barrier ([`Case::start`]): the broadcast and clones of the
-//! case's shared payload buffers, as an application hands its outputs over once. (Until
-//! session 9 the root copied the payloads after the barrier, which every destination
-//! waited for: at 1 MiB and n = 2 the destination's first frame came about 70 µs after
-//! the barrier, in a repetition of about 240 µs.)
+//! case's shared payload buffers, as an application hands its outputs over once, so no
+//! copy of the payloads after the barrier delays every destination.
 //!
 //! **Baselines.** This module's own, for any transport ([`bench_bcast`]): one plain
 //! two-sided binomial broadcast per output over the same endpoints, in chunks of

@@ -532,7 +532,7 @@ impl Broadcaster {
     /// Keep the plan of a task class and start each of its tasks from it: after two
     /// starts from one plan ([`Plan::id`]), the broadcaster keeps the root's trees and
     /// its children's encoded activations, and later starts from that plan clone them
-    /// (2.5–3.5 times faster for 8–64 destinations, `small_tasks` bench) until a rank
+    /// instead of deriving them again (the `small_tasks` bench times both), until a rank
     /// dies or the chunk settings change.
     pub fn start_broadcast<P: Into<Bytes>>(
         &mut self,
