@@ -57,3 +57,18 @@ impl JobTransport for OfiTransport {
         self.stats().send_errors > 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::launcher_env;
+
+    /// `ftrun` (and `ftofi` through it) sets the variables every rank reads.
+    #[test]
+    fn the_launcher_sets_the_names_a_rank_reads() {
+        assert_eq!(ft_launch::RANK_VAR, launcher_env::RANK_VAR);
+        assert_eq!(ft_launch::SIZE_VAR, launcher_env::SIZE_VAR);
+        assert_eq!(ft_launch::RENDEZVOUS_VAR, launcher_env::RENDEZVOUS_VAR);
+        assert_eq!(ft_launch::ADDRESS_VAR, launcher_env::ADDRESS_VAR);
+        assert_eq!(ft_launch::PROVIDER_VAR, launcher_env::PROVIDER_VAR);
+    }
+}

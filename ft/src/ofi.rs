@@ -2,7 +2,6 @@
 //! rendezvous directory every rank can reach, then exchange frames on a reliable
 //! datagram endpoint of the chosen provider (`tcp;ofi_rxm` by default).
 
-use std::path::PathBuf;
 use std::time::Instant as WallInstant;
 
 pub use backend_ofi::{OfiConfig, OfiError, OfiTransport, DEFAULT_PROVIDER};
@@ -10,16 +9,10 @@ use ft_runtime::{Driver, Runtime, RuntimeError};
 
 use crate::Settings;
 
-/// The variables the `ftofi` launcher sets for each rank it starts.
-pub const RANK_VAR: &str = "FTOFI_RANK";
-/// See [`RANK_VAR`].
-pub const SIZE_VAR: &str = "FTOFI_SIZE";
-/// See [`RANK_VAR`].
-pub const RENDEZVOUS_VAR: &str = "FTOFI_RENDEZVOUS";
-/// See [`RANK_VAR`] (optional: the local address to bind).
-pub const ADDRESS_VAR: &str = "FTOFI_ADDRESS";
-/// See [`RANK_VAR`] (optional: the provider).
-pub const PROVIDER_VAR: &str = "FTOFI_PROVIDER";
+pub use backend_ofi::launcher_env::{
+    config_from_env as launcher_config, rank_and_size, ADDRESS_VAR, PROVIDER_VAR, RANK_SIZE_VARS,
+    RANK_VAR, RENDEZVOUS_VAR, SIZE_VAR,
+};
 
 /// Opens rank `config.rank` of a job of `config.size`: blocks until every rank reached
 /// the rendezvous (or `config.connect_timeout` passes), then starts its progress thread.
@@ -36,26 +29,14 @@ pub fn open(config: OfiConfig, settings: &Settings) -> Result<Runtime, RuntimeEr
     })
 }
 
-/// [`open`] with the configuration the launcher's variables give ([`RANK_VAR`], ...).
+/// [`open`] with the configuration the launcher's variables give ([`config_from_env`]).
 pub fn open_from_env(settings: &Settings) -> Result<Runtime, RuntimeError> {
     open(config_from_env()?, settings)
 }
 
-/// The configuration the launcher's variables give.
+/// The configuration the launcher's variables give (`backend_ofi::launcher_env`): the
+/// rank and size from `ftrun`'s, `mpiexec`'s, a PMI launcher's or Slurm's variables,
+/// the rendezvous from [`RENDEZVOUS_VAR`].
 pub fn config_from_env() -> Result<OfiConfig, RuntimeError> {
-    let var = |name: &str| {
-        std::env::var(name).map_err(|_| RuntimeError::Stopped(format!("{name} is not set")))
-    };
-    let number = |name: &str| -> Result<u32, RuntimeError> {
-        var(name)?
-            .parse()
-            .map_err(|_| RuntimeError::Stopped(format!("{name} is not a number")))
-    };
-    let (rank, size) = (number(RANK_VAR)?, number(SIZE_VAR)?);
-    let mut config = OfiConfig::new(size, rank, PathBuf::from(var(RENDEZVOUS_VAR)?));
-    config.address = std::env::var(ADDRESS_VAR).ok();
-    if let Ok(provider) = std::env::var(PROVIDER_VAR) {
-        config.provider = provider;
-    }
-    Ok(config)
+    launcher_config().map_err(RuntimeError::Stopped)
 }

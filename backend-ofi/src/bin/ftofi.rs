@@ -7,17 +7,18 @@
 //! ftofi -n 8 --provider sockets broadcast plans/mpi-8.json --kill 3 --kill-on activation
 //! ```
 //!
-//! Run as above, `ftofi` is the launcher: it makes a fresh rendezvous directory, starts
-//! `-n` copies of itself with the same arguments and `FTOFI_RANK`, `FTOFI_SIZE`,
-//! `FTOFI_RENDEZVOUS`, `FTOFI_ADDRESS` (127.0.0.1: every rank is on this machine) in
-//! their environment, and prints every surviving rank's JSON line in rank order (each
-//! child's standard error is passed on, prefixed with its rank).
+//! Run as above, `ftofi` is the launcher: it runs `-n` copies of itself with the same
+//! arguments as a job of `ft-launch` (as `ftrun` does: a fresh rendezvous directory,
+//! `FTOFI_RANK`, `FTOFI_SIZE`, `FTOFI_RENDEZVOUS`, `FTOFI_ADDRESS` = 127.0.0.1), and
+//! prints every surviving rank's JSON line in rank order (each rank's standard error is
+//! passed on, prefixed with its rank).
 //!
 //! Started with a rendezvous directory (`--rendezvous DIR` or `FTOFI_RENDEZVOUS`), it is
 //! one rank: it opens its endpoint, meets the others through the directory, and runs
 //! the job (`ft-jobs`' validate or broadcast, as `ftmpi` does over MPI). This is also
 //! how it runs under a cluster's launcher, with `DIR` on a file system every host
-//! shares; the rank and size come from the launcher's environment (see [`RANK_SIZE`]):
+//! shares; the rank and size come from the launcher's environment
+//! (`backend_ofi::launcher_env`):
 //!
 //! ```sh
 //! srun -n 64 ftofi --rendezvous /shared/job-$SLURM_JOB_ID validate
@@ -33,17 +34,18 @@
 //! An error line that several ranks print alike is passed on once.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, ExitCode, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Duration;
 
+use backend_ofi::launcher_env::{self, ADDRESS_VAR, RENDEZVOUS_VAR};
 use backend_ofi::{OfiConfig, OfiLaunch};
 use clap::Parser;
 use ft_core::Rank;
 use ft_jobs::{Finished, JobCommand};
+use ft_launch::{Exit, Job, Outcome, Output, Verdict};
 
 #[derive(Parser)]
 #[command(
@@ -84,23 +86,10 @@ struct Cli {
     command: JobCommand,
 }
 
-/// What the launcher tells each rank it starts.
-const RANK_VAR: &str = "FTOFI_RANK";
-const SIZE_VAR: &str = "FTOFI_SIZE";
-const RENDEZVOUS_VAR: &str = "FTOFI_RENDEZVOUS";
-const ADDRESS_VAR: &str = "FTOFI_ADDRESS";
+/// What this program reads beside the launcher's variables ([`ft_launch`]'s).
 const CHUNK_VAR: &str = "FTOFI_CHUNK_BYTES";
 const RMA_THRESHOLD_VAR: &str = "FTOFI_RMA_THRESHOLD";
 const TWO_SIDED_VAR: &str = "FTOFI_TWO_SIDED";
-
-/// Where launchers put a process's rank and the job's size, tried in this order:
-/// `ftofi`'s own, Open MPI's `mpiexec`, MPICH's Hydra (and other PMI launchers), Slurm.
-const RANK_SIZE: [(&str, &str); 4] = [
-    (RANK_VAR, SIZE_VAR),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
-];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -142,7 +131,7 @@ impl From<String> for Failure {
 
 /// Rank mode: the job at one rank (checked before it connects); prints its line.
 fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), Failure> {
-    let (rank, size) = rank_and_size()?;
+    let (rank, size) = launcher_env::rank_and_size()?;
     cli.command
         .check(size)
         .map_err(|e| Failure::BadInput(format!("rank {rank}: {e}")))?;
@@ -165,63 +154,10 @@ fn run_rank(cli: &Cli, rendezvous: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// This process's rank and the job's size, from the first launcher's pair of
-/// [`RANK_SIZE`] variables that is set.
-fn rank_and_size() -> Result<(Rank, u32), String> {
-    let (rank_var, size_var) = RANK_SIZE
-        .iter()
-        .find(|(rank, _)| std::env::var_os(rank).is_some())
-        .ok_or_else(|| {
-            let names: Vec<&str> = RANK_SIZE.iter().map(|(rank, _)| *rank).collect();
-            format!("no launcher set this process's rank (none of {names:?})")
-        })?;
-    let read = |name: &str| -> Result<u32, String> {
-        let text = std::env::var(name).map_err(|_| format!("{name} is not set"))?;
-        text.parse()
-            .map_err(|_| format!("{name}={text} is not a number"))
-    };
-    let (rank, size) = (read(rank_var)?, read(size_var)?);
-    if rank >= size {
-        return Err(format!("{rank_var}={rank} is outside 0..{size}"));
-    }
-    Ok((rank, size))
-}
-
-/// What a launched rank left behind.
-struct Exit {
-    rank: Rank,
-    status: std::io::Result<ExitStatus>,
-    stdout: String,
-}
-
-impl Exit {
-    /// Whether the rank ended as the job expects: killed by `SIGKILL` if `--kill`
-    /// lists it, else exited with status 0.
-    fn as_expected(&self, killed: bool) -> bool {
-        self.status.as_ref().is_ok_and(|s| {
-            if killed {
-                s.signal() == Some(libc::SIGKILL)
-            } else {
-                s.success()
-            }
-        })
-    }
-
-    /// How the rank ended, for a person.
-    fn describe(&self) -> String {
-        match &self.status {
-            Ok(status) => match status.signal() {
-                Some(libc::SIGKILL) => "was killed by SIGKILL".to_string(),
-                Some(signal) => format!("was killed by signal {signal}"),
-                None => format!("exited with status {}", status.code().unwrap_or(-1)),
-            },
-            Err(e) => format!("could not be waited for: {e}"),
-        }
-    }
-}
-
-/// Launcher mode: checks the command, starts the ranks, waits for them, prints their
-/// lines, judges their exits; the first unexpected exit ends the job.
+/// Launcher mode: checks the command, then runs `-n` copies of this program as a job of
+/// [`ft_launch`], and prints the ranks' lines in rank order once every rank ended as
+/// expected: killed by `SIGKILL` if `--kill` lists it, else exited with status 0. The
+/// first rank to end any other way stops the job.
 fn launch(cli: &Cli) -> Result<(), Failure> {
     let n = cli.ranks;
     if n == 0 {
@@ -229,96 +165,56 @@ fn launch(cli: &Cli) -> Result<(), Failure> {
     }
     cli.command.check(n).map_err(Failure::BadInput)?;
     let job = cli.command.args();
-    let rendezvous = Rendezvous::new()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find ftofi itself: {e}"))?;
-    let (done, exits) = mpsc::channel();
-    let seen = Arc::new(Mutex::new(HashSet::new()));
-    let mut pids = Vec::new();
-    let kill_all = |pids: &[u32]| {
-        for &pid in pids {
-            // SAFETY: kill(2) on a child's pid; no memory is involved. A child that has
-            // exited already is a zombie until its waiting thread reaps it, so the pid
-            // is still ours.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    let seen = Mutex::new(HashSet::new());
+    let launched = Job::new(exe, n)
+        .args(std::env::args_os().skip(1))
+        .rendezvous_prefix("ftofi")
+        .address(cli.address.as_deref().unwrap_or(ft_launch::LOOPBACK))
+        .output(Output::Captured)
+        .job_limit(Duration::from_secs(cli.job_limit_s))
+        .stderr_filter(move |_, line| first_time(&seen, line));
+    let report = launched
+        .run(|rank: Rank, exit: &Exit| {
+            let killed = job.kills(rank);
+            let expected = if killed {
+                exit.signal() == Some(libc::SIGKILL)
+            } else {
+                exit.success()
+            };
+            if expected {
+                return Verdict::Continue;
+            }
+            let why = if killed {
+                " (--kill lists it: it should have been killed by SIGKILL)"
+            } else {
+                ""
+            };
+            Verdict::Stop(format!(
+                "rank {rank} {exit}{why}; the other ranks were stopped"
+            ))
+        })
+        .map_err(|e| Failure::Job(e.to_string()))?;
+    match report.outcome {
+        Outcome::Completed => {
+            let mut out = std::io::stdout().lock();
+            for rank in &report.ranks {
+                let _ = out.write_all(&rank.stdout);
+            }
+            Ok(())
         }
-    };
-    for rank in 0..n {
-        let child = Process::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .env(RANK_VAR, rank.to_string())
-            .env(SIZE_VAR, n.to_string())
-            .env(RENDEZVOUS_VAR, rendezvous.path())
-            .env(ADDRESS_VAR, cli.address.as_deref().unwrap_or(LOOPBACK))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(child) => child,
-            Err(e) => {
-                kill_all(&pids);
-                return Err(Failure::Job(format!("cannot start rank {rank}: {e}")));
-            }
-        };
-        pids.push(child.id());
-        let stderr = child.stderr.take().expect("piped");
-        let seen = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if first_time(&seen, &line) {
-                    eprintln!("[rank {rank}] {line}");
-                }
-            }
-        });
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut stdout = String::new();
-            if let Some(mut out) = child.stdout.take() {
-                let _ = out.read_to_string(&mut stdout);
-            }
-            let status = child.wait();
-            let _ = done.send(Exit {
-                rank,
-                status,
-                stdout,
-            });
-        });
+        Outcome::Stopped { reason, .. } => Err(Failure::Job(reason)),
+        Outcome::TimedOut { limit } => Err(Failure::Job(format!(
+            "the job ran past {} s and was killed",
+            limit.as_secs()
+        ))),
+        Outcome::Interrupted { signal } => Err(Failure::Job(format!(
+            "interrupted by signal {signal}; the ranks were stopped"
+        ))),
+        other => Err(Failure::Job(format!(
+            "the job ended unexpectedly: {other:?}"
+        ))),
     }
-    drop(done);
-    let deadline = Instant::now() + Duration::from_secs(cli.job_limit_s);
-    let mut finished: Vec<Exit> = Vec::with_capacity(n as usize);
-    while finished.len() < n as usize {
-        match exits.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(exit) if exit.as_expected(job.kills(exit.rank)) => finished.push(exit),
-            Ok(exit) => {
-                kill_all(&pids);
-                // Let the other ranks' standard error drain before the verdict.
-                std::thread::sleep(Duration::from_millis(100));
-                return Err(Failure::Job(format!(
-                    "rank {} {}{}; the other ranks were stopped",
-                    exit.rank,
-                    exit.describe(),
-                    if job.kills(exit.rank) {
-                        " (--kill lists it: it should have been killed by SIGKILL)"
-                    } else {
-                        ""
-                    }
-                )));
-            }
-            Err(_) => {
-                kill_all(&pids);
-                return Err(Failure::Job(format!(
-                    "the job ran past {} s and was killed",
-                    cli.job_limit_s
-                )));
-            }
-        }
-    }
-    finished.sort_by_key(|e| e.rank);
-    for exit in &finished {
-        print!("{}", exit.stdout);
-    }
-    Ok(())
 }
 
 /// Whether `line` of a rank's standard error has not been passed on yet: a rank's own
@@ -335,32 +231,4 @@ fn first_time(seen: &Mutex<HashSet<String>>, line: &str) -> bool {
     seen.lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(error.to_string())
-}
-
-/// Where the ranks of a job `ftofi` launches listen: all on this machine.
-const LOOPBACK: &str = "127.0.0.1";
-
-/// A fresh directory for the ranks' endpoint names, removed when the job ends.
-struct Rendezvous(PathBuf);
-
-impl Rendezvous {
-    fn new() -> Result<Self, String> {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let path = std::env::temp_dir().join(format!("ftofi-{}-{stamp}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .map_err(|e| format!("cannot make {}: {e}", path.display()))?;
-        Ok(Rendezvous(path))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Rendezvous {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
