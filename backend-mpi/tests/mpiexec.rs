@@ -9,7 +9,9 @@
 //!
 //! The MPI is the one the crate was built against: `mpiexec` is taken from `FT_MPIEXEC`,
 //! else from beside `MPICC`, else from `PATH`. Fault tests need Open MPI 5 with ULFM
-//! (`--with-ft ulfm`); `scripts/test-all` installs it. The runs are serialized: ranks
+//! (`--with-ft ulfm`); `scripts/test-all` installs it. Built against MPICH
+//! (`cfg(mpi_family = "mpich")`, from `build.rs`), the failure-free tests run and the
+//! tests that kill a rank are ignored. The runs are serialized: ranks
 //! oversubscribe the cores already, and a second job beside them could starve a
 //! heartbeat long enough for a false suspicion.
 
@@ -84,11 +86,22 @@ fn mpiexec_within(args: &[&OsStr], limit: Duration) -> Result<(Output, Duration)
     unreachable!("the loop returns by its third attempt")
 }
 
+/// The launcher flags of the MPI this crate was built against. Open MPI's PRRTE runs
+/// more ranks than cores only when told to, and keeps the survivors of a killed rank
+/// only with ULFM on. MPICH's Hydra oversubscribes by default and keeps no survivors
+/// (with a rank killed, Hydra ends the whole job, and `MPIR_CVAR_ENABLE_FT=1` aborts
+/// in `MPI_Init`; the guide's MPI chapter has the measurements), so the tests that kill
+/// a rank are ignored on it.
+#[cfg(not(mpi_family = "mpich"))]
+const LAUNCHER_FLAGS: &[&str] = &["--oversubscribe", "--bind-to", "none", "--with-ft", "ulfm"];
+#[cfg(mpi_family = "mpich")]
+const LAUNCHER_FLAGS: &[&str] = &[];
+
 /// One `mpiexec` job, killed past `limit` (the caller holds [`JOBS`]).
 fn launch(args: &[&OsStr], limit: Duration) -> Result<(Output, Duration), Hung> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut child = Command::new(ft_jobs::mpiexec::mpiexec_path())
-        .args(["--oversubscribe", "--bind-to", "none", "--with-ft", "ulfm"])
+        .args(LAUNCHER_FLAGS)
         .args(args)
         .current_dir(root)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -199,16 +212,19 @@ fn validate_global_without_failures() {
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn validate_global_after_a_rank_is_killed() {
     check(&conformance::VALIDATE_AFTER_A_KILL);
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn validate_global_on_a_progress_thread_after_a_rank_is_killed() {
     check(&conformance::VALIDATE_THREADED_AFTER_A_KILL);
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn validate_global_when_the_coordinator_dies_in_the_call() {
     check(&conformance::VALIDATE_WHEN_THE_COORDINATOR_DIES);
 }
@@ -221,26 +237,31 @@ fn broadcast_issue_624_shapes_under_every_strategy() {
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn broadcast_repairs_the_subtree_of_a_killed_inner_rank() {
     check(&conformance::BROADCAST_REPAIR);
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn broadcast_through_the_progress_thread_survives_a_killed_rank() {
     check(&conformance::BROADCAST_THREADED_REPAIR);
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn validate_global_after_a_node_is_killed() {
     check(&conformance::VALIDATE_AFTER_A_NODE_IS_KILLED);
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn validate_global_when_a_node_dies_in_the_call() {
     check(&conformance::VALIDATE_WHEN_A_NODE_DIES_IN_THE_CALL);
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn broadcast_serves_every_survivor_when_a_node_dies_on_activation() {
     check(&conformance::BROADCAST_WHEN_A_NODE_DIES_ON_ACTIVATION);
 }
@@ -308,6 +329,7 @@ fn send_parts_copies_only_payloads_shorter_than_a_datatype_is_worth() {
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn sends_to_a_killed_rank_are_dropped_and_the_sender_goes_on() {
     // Rank 2 dies at the start; rank 0 sends it 16 frames of 64 KiB (rendezvous
     // sends, which Open MPI cannot complete: its error handler frees them unreported,
@@ -497,20 +519,29 @@ fn bench_times_validate_global_beside_ulfm_agree() {
     let lines = run(3, &["bench", "--reps", "5"]);
     assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 2]);
     for line in &lines {
-        for op in ["barrier", "ulfm_agree", "validate_global"] {
+        for op in ["barrier", "validate_global"] {
             let median = line["median_us"][op].as_f64().unwrap();
             assert!(median > 0.0 && median.is_finite(), "{op}: {line}");
         }
         assert!(
-            line["ratio_to_ulfm_agree"]["validate_global"]
+            line["ratio_to_barrier"]["validate_global"]
                 .as_f64()
                 .unwrap()
                 > 0.0
         );
+        if backend_mpi::ulfm::AGREE_WORKS {
+            let median = line["median_us"]["ulfm_agree"].as_f64().unwrap();
+            assert!(median > 0.0 && median.is_finite(), "ulfm_agree: {line}");
+            let ratio = &line["ratio_to_ulfm_agree"]["validate_global"];
+            assert!(ratio.as_f64().unwrap() > 0.0, "{line}");
+        } else {
+            assert!(line["median_us"]["ulfm_agree"].is_null(), "{line}");
+        }
     }
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn bench_times_the_shrink_beside_ulfm_shrink_after_a_kill() {
     // Rank 2 dies at the start; once both ULFM and the stack know it, MPIX_Comm_shrink
     // and validate_global + Survivors are timed side by side (a smoke run).
@@ -587,6 +618,7 @@ fn bad_input_ends_the_job_before_any_rank_connects() {
 }
 
 #[test]
+#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a killed rank ends the job")]
 fn a_rank_that_fails_after_the_start_ends_the_job() {
     // Rank 3 alone gives up (its step limit, 1 s, is shorter than the 3 s the detector
     // takes to see rank 1's death). It says why, once, and leaves as a crashed rank

@@ -52,11 +52,7 @@ impl MpiTransport {
     /// Acknowledges every failure MPI has noticed, so any-source operations work again.
     #[cfg(feature = "ulfm")]
     pub(super) fn ack_failures(&mut self) -> Result<(), MpiError> {
-        let mut acked: c_int = 0;
-        // SAFETY: a valid communicator; MPI writes the count.
-        check("MPIX_Comm_ack_failed", unsafe {
-            crate::ulfm::MPIX_Comm_ack_failed(self.comm.as_raw(), self.n as c_int, &mut acked)
-        })?;
+        crate::ulfm::ack_failed(&self.comm, self.n)?;
         self.stats.failure_acks += 1;
         Ok(())
     }
@@ -73,7 +69,7 @@ pub(super) fn is_process_failure(code: c_int) -> bool {
         return false;
     }
     let class = error_class(code);
-    class == ffi::MPI_ERR_PROC_FAILED as c_int || class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int
+    class == crate::ulfm::ERR_PROC_FAILED || class == crate::ulfm::ERR_PROC_FAILED_PENDING
 }
 
 pub(super) fn error_class(code: c_int) -> c_int {

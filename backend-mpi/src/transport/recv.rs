@@ -293,7 +293,7 @@ impl MpiTransport {
                 })));
             }
             let class = error_class(code);
-            if class == ffi::MPI_ERR_PROC_FAILED_PENDING as c_int {
+            if class == crate::ulfm::ERR_PROC_FAILED_PENDING {
                 if !cfg!(feature = "ulfm") {
                     return check("MPI_Test", code).map(|()| None);
                 }
