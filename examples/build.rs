@@ -1,0 +1,16 @@
+//! With the `mpi` feature, links the examples with an rpath to the MPI library the `mpi`
+//! crate builds against (the one `MPICC` names), so they start under that MPI's
+//! `mpiexec` without `LD_LIBRARY_PATH` (MPICH's Hydra sets none).
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=MPICC");
+    #[cfg(feature = "mpi")]
+    match build_probe_mpi::probe() {
+        Ok(library) => {
+            for dir in &library.lib_paths {
+                println!("cargo:rustc-link-arg-examples=-Wl,-rpath,{}", dir.display());
+            }
+        }
+        Err(_) => println!("cargo:warning=no MPI found for the rpath; set MPICC"),
+    }
+}
