@@ -4,7 +4,9 @@
  * thread: validate_global is collective), then rank 0 prints its views, queries rank
  * states (first with a buffer too small: FT_ERR_SIZE names the count needed),
  * recognizes the dead rank and renumbers the shrunk group, then broadcasts a buffer
- * from rank 0 to ranks 1 and 2. Asserts on every result.
+ * from rank 0 to ranks 1 and 2. Along the way each rank's event queue tells it what it
+ * learned: the failed rank, the agreed G, the broadcast's arrival and its ready output
+ * (the queue's descriptor polls readable while events wait). Asserts on every result.
  *
  * Build and run (from the repository root, after `cargo build --release -p ft-capi`):
  *   cc -Wall -Wextra -O2 examples/c/sim_views.c -Ift-capi/include \
@@ -12,6 +14,7 @@
  *   ./sim_views
  */
 #include <assert.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +48,23 @@ static void *validate_global(void *arg) {
     return NULL;
 }
 
+/* The next event of `h` (waiting at most 20 s), which must be of kind `kind`. Hand it to
+ * ft_event_done once read. */
+static ft_event next_event(ft_handle *h, uint32_t kind) {
+    ft_event ev;
+    CHECK(ft_next_event(h, &ev, 20000));
+    if (ev.kind != kind) {
+        fprintf(stderr, "event of kind %u where %u was expected\n", ev.kind, kind);
+        exit(1);
+    }
+    return ev;
+}
+
+static int readable(int fd) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
+}
+
 static const char *state_name(uint32_t state) {
     return state == FT_STATE_OK ? "OK" : state == FT_STATE_FAILED ? "FAILED" : "NULL";
 }
@@ -65,6 +85,9 @@ int main(void) {
     }
     printf("validate_local: num_failed=%u num_new=%u\n", num_failed, num_new);
     assert(num_failed == 1 && num_new == 1);
+    ft_event ev = next_event(me, FT_EVENT_RANK_FAILED);
+    assert(ev.rank == VICTIM);
+    CHECK(ft_event_done(me, &ev));
 
     /* validate_global is collective: every survivor calls it. */
     pthread_t threads[RANKS - 1];
@@ -80,6 +103,24 @@ int main(void) {
     }
     printf("validate_global: num_failed=%u num_new=%u at every survivor\n", v[0].num_failed,
            v[0].num_new);
+    /* Each survivor was told of the death once, then of the agreement. */
+    for (uint32_t r = 0; r < RANKS - 1; r++) {
+        ft_handle *h = ft_sim_rank(group, r);
+        if (r != 0) {
+            ev = next_event(h, FT_EVENT_RANK_FAILED);
+            assert(ev.rank == VICTIM);
+            CHECK(ft_event_done(h, &ev));
+        }
+        ev = next_event(h, FT_EVENT_VALIDATED);
+        assert(ev.epoch == 1 && ev.nfailed == 1 && ev.failed[0] == VICTIM);
+        assert(ev.nadded == 1 && ev.added[0] == VICTIM);
+        CHECK(ft_event_done(h, &ev));
+        CHECK(ft_event_done(h, &ev)); /* a second call frees nothing twice */
+        assert(ev.failed == NULL && ev.storage == NULL);
+        assert(ft_next_event(h, &ev, 0) == FT_ERR_TIMEOUT);
+    }
+    printf("events: every survivor was told of rank %u's death, then of G = [%u]\n", VICTIM,
+           VICTIM);
 
     /* The views: every rank of each scope, with its state. */
     for (int scope = FT_SCOPE_LOCAL; scope <= FT_SCOPE_GLOBAL; scope++) {
@@ -126,6 +167,22 @@ int main(void) {
     uint32_t dests[2] = {1, 2};
     ft_bcast_output output = {data, sizeof data, dests, 2};
     CHECK(ft_bcast_start(me, 42, FT_TOPO_BINOMIAL, 0, FT_STRATEGY_PER_CLASS, 1, &output));
+    /* A destination learns of the broadcast from its events: the arrival (root, task,
+     * the outputs it needs), then each output ready. */
+    for (uint32_t r = 1; r <= 2; r++) {
+        ft_handle *h = ft_sim_rank(group, r);
+        int fd;
+        CHECK(ft_event_fd(h, &fd));
+        struct pollfd pfd = {fd, POLLIN, 0};
+        assert(poll(&pfd, 1, 20000) == 1 && "the arrival makes the descriptor readable");
+        ev = next_event(h, FT_EVENT_ARRIVED);
+        assert(ev.task == 42 && ev.root == 0 && ev.noutputs == 1 && ev.outputs[0] == 0);
+        CHECK(ft_event_done(h, &ev));
+        ev = next_event(h, FT_EVENT_OUTPUT_READY);
+        assert(ev.task == 42 && ev.output == 0);
+        CHECK(ft_event_done(h, &ev));
+        assert(!readable(fd) && "drained");
+    }
     uint64_t len = 0;
     rc = ft_bcast_wait(ft_sim_rank(group, 2), 42, 0, tiny, sizeof tiny, &len, 60000);
     assert(rc == FT_ERR_SIZE && len == sizeof data);

@@ -106,6 +106,34 @@
 // Broadcast strategy: one tree per output.
 #define FT_STRATEGY_PER_OUTPUT 2
 
+// `ft_event.kind`: an activation made this rank a destination of `outputs` of
+// broadcast `task` from `root` (tree `tree`); before any of them is ready.
+#define FT_EVENT_ARRIVED 1
+
+// `ft_event.kind`: this rank holds output `output` of broadcast `task`
+// (`ft_bcast_wait` returns it at once).
+#define FT_EVENT_OUTPUT_READY 2
+
+// `ft_event.kind`: broadcast `task` cannot complete here (the root died).
+#define FT_EVENT_ABANDONED 3
+
+// `ft_event.kind`: broadcast `task` failed here; `error` says why (`FT_ERR_REVOKED`).
+#define FT_EVENT_FAILED 4
+
+// `ft_event.kind`: this rank learned that `rank` failed (once per rank).
+#define FT_EVENT_RANK_FAILED 5
+
+// `ft_event.kind`: global validation `epoch` finished: `G` is `failed`, of which
+// `added` are new.
+#define FT_EVENT_VALIDATED 6
+
+// `ft_event.kind`: the communicator was revoked, by `rank` first as far as this rank
+// saw.
+#define FT_EVENT_REVOKED 7
+
+// `ft_event.kind`: the queue was full; `dropped` events were lost in this place.
+#define FT_EVENT_OVERFLOWED 8
+
 // One rank's handle (opaque): its protocol stack on its own progress thread.
 typedef struct ft_handle ft_handle;
 
@@ -135,6 +163,46 @@ typedef struct ft_bcast_output {
   // How many.
   uint32_t ndests;
 } ft_bcast_output;
+
+// One event (see `FT_EVENT_*` for which fields each kind sets; the others are 0 or
+// null). The arrays stay valid until `ft_event_done`.
+typedef struct ft_event {
+  // One of `FT_EVENT_*`.
+  uint32_t kind;
+  // The broadcast (`ARRIVED`, `OUTPUT_READY`, `ABANDONED`, `FAILED`).
+  uint32_t task;
+  // The broadcast's root (`ARRIVED`).
+  uint32_t root;
+  // The tree this rank was activated in (`ARRIVED`).
+  uint32_t tree;
+  // The output (`OUTPUT_READY`).
+  uint32_t output;
+  // The failed rank (`RANK_FAILED`) or the revoking one (`REVOKED`).
+  uint32_t rank;
+  // The validation's epoch (`VALIDATED`).
+  uint32_t epoch;
+  // Why the broadcast failed, an `FT_ERR_*` code (`FAILED`).
+  int error;
+  // How many events were lost (`OVERFLOWED`).
+  uint64_t dropped;
+  // The outputs this rank needs, ascending (`ARRIVED`).
+  const uint32_t *outputs;
+  // How many.
+  uint32_t noutputs;
+  // `G`, ascending (`VALIDATED`).
+  const uint32_t *failed;
+  // How many.
+  uint32_t nfailed;
+  // The ranks this validation added to `G`, ascending (`VALIDATED`).
+  const uint32_t *added;
+  // How many.
+  uint32_t nadded;
+  // The library's allocation behind the arrays (do not touch; `ft_event_done`
+  // frees it).
+  uint32_t *storage;
+  // Its length, in u32s.
+  uint32_t storage_len;
+} ft_event;
 
 #ifdef __cplusplus
 extern "C" {
@@ -338,6 +406,34 @@ int ft_bcast_wait(const struct ft_handle *h,
 // # Safety
 // `h` is null or an open handle.
 int ft_bcast_release(const struct ft_handle *h, uint32_t task);
+
+// Takes the oldest event of the handle into `*ev`, waiting up to `timeout_ms`
+// milliseconds for one (0: do not wait; negative: no timeout). `FT_ERR_TIMEOUT` when
+// none came; `FT_ERR_STOPPED` once the progress thread ended and every event queued
+// before was taken. Each event goes to exactly one caller, whatever the number of
+// threads calling. Hand every filled event to `ft_event_done`. Thread-safe; blocks.
+//
+// # Safety
+// `h` is null or an open handle; `ev` is null or valid for a write.
+int ft_next_event(const struct ft_handle *h, struct ft_event *ev, int64_t timeout_ms);
+
+// Frees what event `*ev` owns (its arrays) and nulls its pointers; a second call on
+// the same event does nothing. Thread-safe.
+//
+// # Safety
+// `h` is null or an open handle; `ev` is null or an event `ft_next_event` filled, not
+// copied (free each filled event once, through the struct it was written to).
+int ft_event_done(const struct ft_handle *h, struct ft_event *ev);
+
+// Writes a descriptor into `*fd` that polls readable (`POLLIN`) while events are
+// queued: add it to your own poll loop and take events with `ft_next_event(h, &ev, 0)`
+// until `FT_ERR_TIMEOUT`. The descriptor belongs to the handle (do not read or close
+// it); it lives until the handle is closed. `FT_ERR_REFUSED` where the platform has
+// no eventfd. Thread-safe; does not block.
+//
+// # Safety
+// `h` is null or an open handle; `fd` is null or valid for a write.
+int ft_event_fd(const struct ft_handle *h, int *fd);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -14,6 +14,9 @@
 //! needs the caller to have ended every other call on it.
 #![allow(non_camel_case_types)]
 
+mod events;
+pub use events::*;
+
 use std::borrow::Cow;
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};

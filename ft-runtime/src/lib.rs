@@ -10,13 +10,16 @@
 //!   threads blocking commands (`validate_local`, `validate_global`, `recognize`,
 //!   `revoke`, `start_broadcast`, `wait_outputs`, `release`) and a published
 //!   [`ViewSnapshot`] of the failure view that answers the state queries;
+//! - [`events`]: what the rank learns (an activation arrived, an output is ready, a rank
+//!   failed, `G` was agreed, ...) as [`Event`]s in one queue per handle, taken by any
+//!   number of threads or watched through an eventfd;
 //! - [`timeline`]: an opt-in record of when each step of a rank's work happened (frames
 //!   handed to the machine and handled, payload receives posted and landed), for
 //!   finding where a broadcast's time goes rank by rank;
 //! - [`mem`]: an in-process network ([`MemNet`]) whose ranks are threads of one
 //!   process, for groups simulated in one process (tests, demos, the `ft` crate's
 //!   `sim` backend);
-//! - `shared` (crate-private) and [`mem`]'s mailboxes: the structures several threads
+//! - `shared` (crate-private), the [`events`] queue and [`mem`]'s mailboxes: the structures several threads
 //!   touch, built on the `sync` shim so that `RUSTFLAGS="--cfg loom" cargo test -p
 //!   ft-runtime` model-checks them with loom.
 //!
@@ -26,12 +29,14 @@ mod shared;
 mod sync;
 
 pub mod driver;
+pub mod events;
 pub mod mem;
 pub mod runtime;
 pub mod timeline;
 pub mod transport;
 
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
+pub use events::{Event, DEFAULT_EVENT_CAPACITY};
 pub use mem::{MemError, MemNet, MemTransport};
 pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;

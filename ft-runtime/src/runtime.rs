@@ -43,11 +43,20 @@
 //! checks deadlines at every turn of its loop, so a timeout is late by at most one idle
 //! wait: until the next timer, at most 100 ms).
 //!
+//! # Events
+//!
+//! What the rank learns is also queued as [`Event`]s, in the order it learned it:
+//! arrivals of activations, ready outputs, broadcasts that cannot complete, failed ranks,
+//! agreed `G`s, the revoke. Any number of threads take them ([`Runtime::next_event`],
+//! [`Runtime::try_next_event`]), each event going to exactly one taker; a runtime that
+//! waits in its own poll loop watches [`Runtime::event_fd`]. See [`crate::events`].
+//!
 //! The thread ends on [`Runtime::shutdown`] (after serving its peers for the given
 //! time), on a backend error, or when the rank learns it was declared dead (fail-stop);
 //! then every waiting command fails with the reason ([`RuntimeError::Stopped`]).
 
 use std::any::Any;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -60,6 +69,7 @@ use ft_core::shrink::Survivors;
 use ft_core::view::FailureView;
 use ft_core::{Counts, Instant, Modifier, Rank, RankInfo, RankSet, Scope, StateMask, ViewError};
 
+use crate::events::{Event, EventQueue, DEFAULT_EVENT_CAPACITY};
 use crate::shared::{Shared, Stopped, Ticket};
 use crate::transport::{Bytes, Wake};
 
@@ -307,6 +317,7 @@ type SharedState = Shared<Command, Outcome, ViewSnapshot>;
 /// `Sync`: share it (by reference or in an `Arc`) between any number of threads.
 pub struct Runtime {
     shared: Arc<SharedState>,
+    events: Arc<EventQueue>,
     thread: Option<JoinHandle<()>>,
     /// Ends the progress thread's idle wait when a command is submitted.
     waker: Option<Arc<dyn Wake>>,
@@ -331,13 +342,16 @@ impl Runtime {
         F: FnOnce() -> Result<E, String> + Send + 'static,
     {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Ready, String>>();
+        let events = Arc::new(EventQueue::new(DEFAULT_EVENT_CAPACITY));
+        let progress_events = Arc::clone(&events);
         let thread = std::thread::Builder::new()
             .name("ft-progress".into())
             .spawn(move || match make() {
                 Ok(engine) => {
                     let shared = Arc::new(Shared::new(ViewSnapshot::of(engine.stack(), 0)));
                     let _ = ready_tx.send(Ok((Arc::clone(&shared), engine.waker())));
-                    let why = progress(engine, &shared);
+                    let why = progress(engine, &shared, &progress_events);
+                    progress_events.close(why.clone());
                     shared.close(why);
                 }
                 Err(e) => {
@@ -348,6 +362,7 @@ impl Runtime {
         match ready_rx.recv() {
             Ok(Ok((shared, waker))) => Ok(Runtime {
                 shared,
+                events,
                 thread: Some(thread),
                 waker,
             }),
@@ -465,6 +480,29 @@ impl Runtime {
         self.done(Command::Release(task))
     }
 
+    /// The oldest queued [`Event`], waiting up to `timeout` for one (forever with
+    /// `None`); `Ok(None)` when the timeout passed first. Any number of threads may
+    /// take events: each goes to exactly one of them. Events queued before the progress
+    /// thread ended are still handed out; after the last,
+    /// [`RuntimeError::Stopped`].
+    pub fn next_event(&self, timeout: Option<StdDuration>) -> Result<Option<Event>, RuntimeError> {
+        Ok(self.events.next(timeout)?)
+    }
+
+    /// The oldest queued [`Event`], if any, without waiting (as [`Runtime::next_event`]).
+    pub fn try_next_event(&self) -> Result<Option<Event>, RuntimeError> {
+        Ok(self.events.try_next()?)
+    }
+
+    /// A descriptor that polls readable while events are queued (an eventfd), for a
+    /// runtime that waits in its own `poll`/`epoll` loop; take the events with
+    /// [`Runtime::try_next_event`] until it returns `None`. `None` where the platform
+    /// has no eventfd.
+    #[cfg(unix)]
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.events.fd()
+    }
+
     /// Runs `f` on the stack, on the progress thread, between two turns of its loop
     /// (for diagnostics and tests: what the machines themselves hold).
     pub fn inspect<R, F>(&self, f: F) -> Result<R, RuntimeError>
@@ -537,9 +575,35 @@ struct Waiting {
     epoch: u32,
 }
 
+/// What the events already told the application, so each fact is told once.
+struct Told {
+    /// Ranks reported by [`Event::RankFailed`].
+    failed: RankSet,
+    /// `G` as of the last [`Event::Validated`].
+    agreed: RankSet,
+}
+
+impl Told {
+    fn new(n: u32) -> Self {
+        Told {
+            failed: RankSet::new(n),
+            agreed: RankSet::new(n),
+        }
+    }
+
+    /// [`Event::RankFailed`] for `rank`, the first time.
+    fn rank_failed(&mut self, rank: Rank, out: &mut Vec<Event>) {
+        if self.failed.insert(rank) {
+            out.push(Event::RankFailed { rank });
+        }
+    }
+}
+
 /// The progress loop; returns why it ended.
-fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
+fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue) -> String {
     let mut waiting = Waiting::default();
+    let mut told = Told::new(engine.stack().node().view().size());
+    let mut learned: Vec<Event> = Vec::new();
     loop {
         let commands = shared.take_commands();
         let idle = commands.is_empty();
@@ -577,6 +641,17 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
                         counts,
                         agreed: engine.stack().node().view().global().clone(),
                     };
+                    for rank in result.agreed.iter() {
+                        told.rank_failed(rank, &mut learned);
+                    }
+                    let mut new = result.agreed.clone();
+                    new.difference_with(&told.agreed);
+                    told.agreed = result.agreed.clone();
+                    learned.push(Event::Validated {
+                        epoch: e,
+                        failed: result.agreed.clone(),
+                        new,
+                    });
                     waiting.global.retain(|&(ticket, wanted)| {
                         let done = wanted <= e;
                         if done {
@@ -591,28 +666,54 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState) -> String {
                 StackEvent::Node(NodeEvent::SelfExcluded { epoch }) => {
                     return format!("excluded by global validation {epoch} (fail-stop)");
                 }
-                StackEvent::Node(_) => view_changed = true,
+                StackEvent::Node(event) => {
+                    match event {
+                        NodeEvent::Suspected { rank } | NodeEvent::Learned { rank, .. } => {
+                            told.rank_failed(rank, &mut learned);
+                        }
+                        NodeEvent::Revoked { by } => learned.push(Event::Revoked { by }),
+                        _ => {}
+                    }
+                    view_changed = true;
+                }
+                StackEvent::Bcast(BcastEvent::Arrived {
+                    task,
+                    root,
+                    tree,
+                    outputs,
+                }) => learned.push(Event::Arrived {
+                    task,
+                    root,
+                    tree,
+                    outputs,
+                }),
                 StackEvent::Bcast(BcastEvent::Released { task, outputs, .. }) => {
-                    waiting
-                        .released
-                        .entry(task)
-                        .or_default()
-                        .union_with(&outputs);
+                    let released = waiting.released.entry(task).or_default();
+                    for output in outputs.difference(released).iter() {
+                        learned.push(Event::OutputReady { task, output });
+                    }
+                    released.union_with(&outputs);
                 }
                 StackEvent::Bcast(BcastEvent::Abandoned { task }) => {
-                    waiting
-                        .failed
-                        .entry(task)
-                        .or_insert(RuntimeError::Abandoned { task });
+                    if let Entry::Vacant(slot) = waiting.failed.entry(task) {
+                        slot.insert(RuntimeError::Abandoned { task });
+                        learned.push(Event::Abandoned { task });
+                    }
                 }
                 StackEvent::Bcast(BcastEvent::Failed { task, error }) => {
-                    waiting
-                        .failed
-                        .entry(task)
-                        .or_insert(RuntimeError::BroadcastFailed { task, error });
+                    if let Entry::Vacant(slot) = waiting.failed.entry(task) {
+                        slot.insert(RuntimeError::BroadcastFailed {
+                            task,
+                            error: error.clone(),
+                        });
+                        learned.push(Event::Failed { task, error });
+                    }
                 }
                 _ => {}
             }
+        }
+        if !learned.is_empty() {
+            events.push_all(learned.drain(..));
         }
         serve_outputs(&engine, shared, &mut waiting);
         if view_changed {

@@ -37,7 +37,7 @@ pub use ft_core::shrink::Survivors;
 pub use ft_core::{
     Counts, Modifier, Rank, RankInfo, RankSet, RankState, Scope, StateMask, ViewError,
 };
-pub use ft_runtime::{GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
+pub use ft_runtime::{Event, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 
 /// The thread-safe handle of one rank, whatever the backend (a [`Runtime`]).
 pub type Handle = Runtime;

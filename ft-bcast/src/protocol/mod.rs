@@ -56,9 +56,10 @@
 //!    whole subtree (it need not hold their data yet: they fetch it as it arrives),
 //!    the child with the largest subtree first (its path down is the longest, as MPI's
 //!    binomial broadcast serves it first), each child's activation followed at once by
-//!    the data pushed to it, so a transport may send the two as one message. When
-//!    a rank holds every output it needs in a tree, it **releases** them locally
-//!    ([`BcastEvent::Released`]).
+//!    the data pushed to it, so a transport may send the two as one message. A rank
+//!    activated as a destination reports its arrival ([`BcastEvent::Arrived`]: the
+//!    root, the tree and the outputs it needs). When a rank holds every output it
+//!    needs in a tree, it **releases** them locally ([`BcastEvent::Released`]).
 //!
 //! **Repair.** [`Broadcaster::on_rank_failed`] tells the machine a rank died. In every
 //! tree, a rank whose parent died re-requests its missing outputs from its nearest live
@@ -264,6 +265,19 @@ pub struct BcastStats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BcastEvent {
+    /// An activation made this rank a destination of `outputs` in tree `tree` of
+    /// `task`, started by `root`. Reported once per tree the rank is a destination in,
+    /// before that tree's [`BcastEvent::Released`].
+    Arrived {
+        /// The broadcast.
+        task: u32,
+        /// The rank that started it.
+        root: Rank,
+        /// The tree.
+        tree: u32,
+        /// The outputs this rank needs from the tree.
+        outputs: OutputSet,
+    },
     /// This rank holds every output it needs in tree `tree` of `task`: read them with
     /// [`Broadcaster::output`]. Reported once per tree the rank is a destination in.
     Released {

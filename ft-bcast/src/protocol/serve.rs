@@ -316,6 +316,14 @@ impl Broadcaster {
                 }
             }
             None => {
+                if !a.needs.is_empty() {
+                    self.events.push_back(BcastEvent::Arrived {
+                        task,
+                        root: a.ancestors[0],
+                        tree: a.tree,
+                        outputs: a.needs.clone(),
+                    });
+                }
                 let mut tree = TreeState {
                     parent: from,
                     ancestors: a.ancestors,

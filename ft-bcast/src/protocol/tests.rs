@@ -296,8 +296,23 @@ fn run_from(
         }
         let mut got: BTreeSet<u32> = BTreeSet::new();
         let mut trees: BTreeSet<u32> = BTreeSet::new();
+        // Each tree's arrival, which comes first and names what the tree releases.
+        let mut arrived: BTreeMap<u32, OutputSet> = BTreeMap::new();
         for e in &net.events[r as usize] {
             match e {
+                BcastEvent::Arrived {
+                    task,
+                    root: from,
+                    tree,
+                    outputs,
+                } => {
+                    if *task != 5 || *from != root {
+                        return Err(format!("rank {r}: arrival of task {task} from {from}"));
+                    }
+                    if arrived.insert(*tree, outputs.clone()).is_some() {
+                        return Err(format!("rank {r}: arrived twice in tree {tree}"));
+                    }
+                }
                 BcastEvent::Released {
                     task,
                     tree,
@@ -305,6 +320,12 @@ fn run_from(
                 } => {
                     if *task != 5 || !trees.insert(*tree) {
                         return Err(format!("rank {r}: released tree {tree} twice"));
+                    }
+                    if arrived.get(tree) != Some(outputs) {
+                        return Err(format!(
+                            "rank {r}: tree {tree} released {outputs:?} after arriving with {:?}",
+                            arrived.get(tree)
+                        ));
                     }
                     for j in outputs {
                         if !got.insert(j) {
@@ -813,6 +834,15 @@ fn a_bad_subtree_part_is_refused_whole_and_a_good_one_then_completes_the_subtree
     w.put_varint(100).put_varint(3).put_varint(1);
     put_entry(&mut w, &entry(2, 1, &[0]));
     m.handle_message(Instant::ZERO, 0, &w.finish()).unwrap();
+    assert!(matches!(
+        m.poll_event(),
+        Some(BcastEvent::Arrived {
+            task: 5,
+            root: 0,
+            tree: 0,
+            ..
+        })
+    ));
     // A part whose second entry fetches an output its parent lacks: refused, and its
     // first entry (3 under 2, fine by itself) is not kept either.
     let bad = subtree_frame(0, 1, &[entry(3, 2, &[0]), entry(4, 3, &[1])]);
@@ -1351,6 +1381,15 @@ fn data_that_overtakes_its_activation_is_kept_then_used_without_a_request() {
     }
     assert_eq!(m.output(5, 0), Some(&data[..]));
     assert_eq!(m.held_bytes(), size as usize);
+    assert_eq!(
+        m.poll_event(),
+        Some(BcastEvent::Arrived {
+            task: 5,
+            root: 0,
+            tree: 0,
+            outputs: OutputSet::single(0)
+        })
+    );
     assert_eq!(
         m.poll_event(),
         Some(BcastEvent::Released {
