@@ -325,13 +325,15 @@ mod notify {
     }
 }
 
+/// The event the tests push: a failed rank.
+#[cfg(test)]
+fn failed(rank: Rank) -> Event {
+    Event::RankFailed { rank }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    fn failed(rank: Rank) -> Event {
-        Event::RankFailed { rank }
-    }
 
     /// Whether the descriptor polls readable now.
     fn readable(queue: &EventQueue) -> bool {
@@ -415,10 +417,6 @@ mod loom_tests {
     use crate::loom_model::model;
     use loom::sync::Arc;
     use loom::thread;
-
-    fn failed(rank: Rank) -> Event {
-        Event::RankFailed { rank }
-    }
 
     fn rank_of(event: Event) -> Rank {
         match event {
