@@ -9,10 +9,11 @@
 use std::time::Duration;
 
 use ft::sim::SimGroup;
-use ft::{OutputSet, OutputSpec, PlanSpec, Rank, Scope, Settings, StateMask, Topology};
+use ft::{OutputSet, OutputSpec, PlanSpec, Rank, Scope, Settings, StateMask, TaskId, Topology};
 
 const WORKERS: u32 = 8;
-const TASK: u32 = 1;
+/// The broadcast: key 1 of rank 0.
+const TASK: TaskId = TaskId::new(0, 1);
 
 /// Output `j`'s bytes.
 fn payload(j: u32, len: usize) -> Vec<u8> {
@@ -45,7 +46,7 @@ fn main() {
                 if me == 0 {
                     let payloads = (0..2).map(|j| payload(j, sizes[j as usize]));
                     handle
-                        .start_broadcast(TASK, spec, payloads)
+                        .start_broadcast(TASK.key, spec, payloads)
                         .expect("started");
                 }
                 // 8 workers share the handle: each consumes the outputs this rank needs.
@@ -60,7 +61,7 @@ fn main() {
                                         Some(Duration::from_secs(60)),
                                     )
                                     .unwrap_or_else(|e| panic!("rank {me} worker {w}: {e}"));
-                                assert_eq!(got, vec![(j, payload(j, sizes[j as usize]))]);
+                                assert_eq!(got, vec![(j, payload(j, sizes[j as usize]).into())]);
                             }
                             // Reading the view never blocks on the network.
                             let view = handle.view();

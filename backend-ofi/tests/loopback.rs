@@ -711,7 +711,13 @@ fn a_4_mib_broadcast_through_library_built_transports() {
                     .with_output(OutputSpec::new("A", BYTES as u64, vec![1, 2]));
                 driver
                     .command(|stack, now| {
-                        stack.start_broadcast(now, 1, spec, vec![payload.clone()])
+                        stack.start_broadcast(
+                            now,
+                            1,
+                            ft_bcast::Bytes::new(),
+                            spec,
+                            vec![payload.clone()],
+                        )
                     })
                     .expect("the transport works")
                     .expect("the broadcast starts");
@@ -727,7 +733,7 @@ fn a_4_mib_broadcast_through_library_built_transports() {
                         released.then(|| {
                             stack
                                 .broadcaster()
-                                .and_then(|b| b.output(1, 0))
+                                .and_then(|b| b.output(ft_bcast::TaskId::new(0, 1), 0))
                                 .map(<[u8]>::to_vec)
                         })
                     })

@@ -194,7 +194,7 @@ impl SimRank for SimStack {
                     .map(|(j, o)| Bytes::from(payload(index, j as u32, o.bytes)))
                     .collect::<Vec<_>>();
                 self.stack
-                    .start_broadcast(now, index, spec, payloads)
+                    .start_broadcast(now, index.into(), Bytes::new(), spec, payloads)
                     .map_err(|e| e.to_string())
             }
             ActionKind::ValidateLocal => self
@@ -214,9 +214,14 @@ impl SimRank for SimStack {
         match event {
             StackEvent::Node(e) => <Node as SimRank>::observe(self.stack.node(), now, e),
             StackEvent::Bcast(BcastEvent::Released { task, outputs, .. }) => {
+                // A scenario's broadcast is keyed by its action's index.
+                let broadcast = u32::try_from(task.key).ok()?;
                 Some(Observation::Received {
-                    broadcast: *task,
-                    outputs: outputs.iter().map(|j| self.output_name(*task, j)).collect(),
+                    broadcast,
+                    outputs: outputs
+                        .iter()
+                        .map(|j| self.output_name(broadcast, j))
+                        .collect(),
                 })
             }
             _ => None,

@@ -507,7 +507,13 @@ fn run_case(seed: u64, struck: &mut Struck) -> Result<(), String> {
         for name in &want {
             let j: u32 = name[1..].parse().unwrap();
             let expected = payload(0, j, case.sizes[j as usize]);
-            let held = m.inner.stack().broadcaster().and_then(|b| b.output(0, j));
+            let root = case.broadcast["root"].as_u64().expect("a root") as Rank;
+            let task = ft_bcast::TaskId::new(root, 0);
+            let held = m
+                .inner
+                .stack()
+                .broadcaster()
+                .and_then(|b| b.output(task, j));
             if held != Some(&expected[..]) {
                 return Err(format!(
                     "rank {r}: output {name} differs from the source: {}",

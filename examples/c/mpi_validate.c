@@ -22,16 +22,8 @@
 #include <mpi.h>
 
 #include "ft.h"
+#include "check.h"
 
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        int rc_ = (call);                                                        \
-        if (rc_ != FT_SUCCESS) {                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,        \
-                    ft_strerror(rc_));                                           \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
 
 int main(int argc, char **argv) {
     int provided;

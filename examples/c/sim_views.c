@@ -22,19 +22,11 @@
 #include <unistd.h>
 
 #include "ft.h"
+#include "check.h"
 
 #define RANKS 5
 #define VICTIM 4
 
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        int rc_ = (call);                                                        \
-        if (rc_ != FT_SUCCESS) {                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,        \
-                    ft_strerror(rc_));                                           \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
 
 struct validation {
     ft_handle *h;
@@ -160,15 +152,17 @@ int main(void) {
     assert(new_rank == 3 && ft_shrink_rank(me, VICTIM, &new_rank) == FT_ERR_RANK);
 
     /* A broadcast rooted at rank 0 for ranks 1 and 2, in the caller's buffers: the data
-     * is copied at the start, and a destination's buffer too small is FT_ERR_SIZE with
-     * the length needed. The dead rank is left out of the tree. */
+     * is copied at the start (no release callback), and a destination's buffer too small
+     * is FT_ERR_SIZE with the length needed. The dead rank is left out of the tree. */
     uint8_t data[1000], got[1000], tiny[10];
     for (int i = 0; i < 1000; i++) data[i] = (uint8_t)(i * 7);
     uint32_t dests[2] = {1, 2};
-    ft_bcast_output output = {data, sizeof data, dests, 2};
-    CHECK(ft_bcast_start(me, 42, FT_TOPO_BINOMIAL, 0, FT_STRATEGY_PER_CLASS, 1, &output));
-    /* A destination learns of the broadcast from its events: the arrival (root, task,
-     * the outputs it needs), then each output ready. */
+    ft_bcast_output output = {.data = data, .bytes = sizeof data, .dests = dests, .ndests = 2};
+    static const char header[] = "views";
+    CHECK(ft_bcast_start(me, 42, (const uint8_t *)header, sizeof header, FT_TOPO_BINOMIAL, 0,
+                         FT_STRATEGY_PER_CLASS, 1, &output));
+    /* A destination learns of the broadcast from its events: the arrival (root, key,
+     * the root's header, the outputs it needs), then each output ready. */
     for (uint32_t r = 1; r <= 2; r++) {
         ft_handle *h = ft_sim_rank(group, r);
         int fd;
@@ -176,22 +170,23 @@ int main(void) {
         struct pollfd pfd = {fd, POLLIN, 0};
         assert(poll(&pfd, 1, 20000) == 1 && "the arrival makes the descriptor readable");
         ev = next_event(h, FT_EVENT_ARRIVED);
-        assert(ev.task == 42 && ev.root == 0 && ev.noutputs == 1 && ev.outputs[0] == 0);
+        assert(ev.key == 42 && ev.root == 0 && ev.noutputs == 1 && ev.outputs[0] == 0);
+        assert(ev.header_len == sizeof header && memcmp(ev.header, header, sizeof header) == 0);
         CHECK(ft_event_done(h, &ev));
         ev = next_event(h, FT_EVENT_OUTPUT_READY);
-        assert(ev.task == 42 && ev.output == 0);
+        assert(ev.key == 42 && ev.root == 0 && ev.output == 0);
         CHECK(ft_event_done(h, &ev));
         assert(!readable(fd) && "drained");
     }
     uint64_t len = 0;
-    rc = ft_bcast_wait(ft_sim_rank(group, 2), 42, 0, tiny, sizeof tiny, &len, 60000);
+    rc = ft_bcast_wait(ft_sim_rank(group, 2), 0, 42, 0, tiny, sizeof tiny, &len, 60000);
     assert(rc == FT_ERR_SIZE && len == sizeof data);
     for (uint32_t r = 1; r <= 2; r++) {
-        CHECK(ft_bcast_wait(ft_sim_rank(group, r), 42, 0, got, sizeof got, &len, 60000));
+        CHECK(ft_bcast_wait(ft_sim_rank(group, r), 0, 42, 0, got, sizeof got, &len, 60000));
         assert(len == sizeof data && memcmp(got, data, sizeof data) == 0);
     }
     printf("broadcast: ranks 1 and 2 got the %u bytes\n", (unsigned)len);
-    for (uint32_t r = 0; r <= 2; r++) CHECK(ft_bcast_release(ft_sim_rank(group, r), 42));
+    for (uint32_t r = 0; r <= 2; r++) CHECK(ft_bcast_release(ft_sim_rank(group, r), 0, 42));
 
     /* The killed rank's handle reports the stop. */
     rc = ft_validate_local(ft_sim_rank(group, VICTIM), &num_failed, &num_new);

@@ -4,7 +4,8 @@
 //! - `plan/DxM`: what a runtime does per task before any frame: write the spec (output
 //!   names, sizes, destination lists) and build the plan (partition refinement, one
 //!   binomial tree per class). Target: at most 1 µs for 16 × 4.
-//! - `activate/DxM`: the same plus the root's activation: `start_broadcast` on a
+//! - `activate/DxM`: the same plus the root's activation: `start_with_header` (a
+//!   64-byte activation header, as a task runtime's task class and parameters) on a
 //!   long-lived broadcaster (tiny payloads) and every activation frame encoded into the
 //!   caller's buffer (`poll_transmit`), then `forget`.
 //!
@@ -12,12 +13,13 @@
 //!   runtime that keeps a plan per task class. `start` alternates two plans of the same
 //!   spec, so every start derives its trees and frames from the plan; `restart` starts
 //!   from one plan again and again, so every start clones the plan's template (see
-//!   `Broadcaster::start_broadcast`). Each: `start_broadcast`, every frame encoded,
+//!   `Broadcaster::start_broadcast`). Each: `start_with_header`, every frame encoded,
 //!   `forget`.
 //! - `relay/DxM`: the same task at the root's child with the largest subtree: every
-//!   frame the root sent it (activation, subtree parts, the pushed data) handed over
-//!   (`handle_message`), and every frame it then sends its own children encoded
-//!   (`poll_transmit`), then `forget`: what one hop costs a relay.
+//!   frame the root sent it (activation with its header, subtree parts, the pushed
+//!   data) handed over (`handle_message_owned`), its arrival event taken, and every
+//!   frame it then sends its own children encoded (`poll_transmit`), then `forget`:
+//!   what one hop costs a relay.
 //!
 //! Destination `i` (spread over the communicator) needs output `j` when
 //! `(7i + 3j) mod 4 ≠ 0`, so the outputs' destination sets differ and form several
@@ -31,12 +33,27 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion};
-use ft_bcast::{Broadcaster, Config, Plan};
+use ft_bcast::{Broadcaster, Bytes, Config, Plan};
 use ft_core::{wire, Instant, Protocol};
 
 mod shape;
 
 const N: u32 = 1024;
+
+/// The first key of the relay bench: every key from here to `2^63` takes 9 bytes as a
+/// varint, so a recorded frame is made another task's by rewriting them ([`set_key`]).
+const WIDE_KEY: u64 = 1 << 56;
+
+/// Writes `key` (at least [`WIDE_KEY`], below `2^63`) into a frame of root 0, whose
+/// body starts with the root (one byte) and the key (nine).
+fn set_key(frame: &mut [u8], mut key: u64) {
+    let at = wire::HEADER_LEN + 1;
+    for byte in &mut frame[at..at + 9] {
+        *byte = (key & 0x7f) as u8 | 0x80;
+        key >>= 7;
+    }
+    frame[at + 8] &= 0x7f;
+}
 
 fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("small_task");
@@ -52,13 +69,14 @@ fn benches(c: &mut Criterion) {
         let mut root = Broadcaster::new(Config::new(0, N, 0));
         let mut buf = vec![0u8; wire::frame_capacity(N)];
         let payloads: Vec<Vec<u8>> = (0..m).map(|j| vec![j as u8; 64]).collect();
+        let header = Bytes::from(vec![0x5a; 64]);
         g.bench_function(BenchmarkId::new("activate", &id), |b| {
             b.iter(|| {
                 let plan = Plan::build(shape::spec(N, black_box(&lists), 64)).unwrap();
-                root.start_broadcast(Instant::ZERO, 1, &plan, payloads.clone())
+                root.start_with_header(Instant::ZERO, 1, &plan, header.clone(), payloads.clone())
                     .unwrap();
                 let bytes = encode_all(&mut root, &mut buf);
-                root.forget(1);
+                root.forget(ft_bcast::TaskId::new(0, 1));
                 bytes
             })
         });
@@ -66,15 +84,21 @@ fn benches(c: &mut Criterion) {
         let plans = [0, 1].map(|_| Plan::build(shape::spec(N, &lists, 64)).unwrap());
         for (name, alternate) in [("start", true), ("restart", false)] {
             let mut root = Broadcaster::new(Config::new(0, N, 0));
-            let mut task = 0u32;
+            let mut key = 0u64;
             g.bench_function(BenchmarkId::new(name, &id), |b| {
                 b.iter(|| {
-                    task = task.wrapping_add(1);
-                    let plan = &plans[usize::from(alternate) * (task as usize % 2)];
-                    root.start_broadcast(Instant::ZERO, task, plan, payloads.clone())
-                        .unwrap();
+                    key = key.wrapping_add(1);
+                    let plan = &plans[usize::from(alternate) * (key as usize % 2)];
+                    root.start_with_header(
+                        Instant::ZERO,
+                        key,
+                        plan,
+                        header.clone(),
+                        payloads.clone(),
+                    )
+                    .unwrap();
                     let bytes = encode_all(&mut root, &mut buf);
-                    root.forget(task);
+                    root.forget(ft_bcast::TaskId::new(0, key));
                     bytes
                 })
             });
@@ -82,8 +106,14 @@ fn benches(c: &mut Criterion) {
         // The frames the root sends its busiest child, recorded once.
         let plan = Plan::build(shape::spec(N, &lists, 64)).unwrap();
         let mut root = Broadcaster::new(Config::new(0, N, 0));
-        root.start_broadcast(Instant::ZERO, 1, &plan, payloads.clone())
-            .unwrap();
+        root.start_with_header(
+            Instant::ZERO,
+            WIDE_KEY,
+            &plan,
+            header.clone(),
+            payloads.clone(),
+        )
+        .unwrap();
         let mut sent: Vec<(u32, Vec<u8>)> = Vec::new();
         while let Some(t) = root.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
             sent.push((t.to, buf[..t.len].to_vec()));
@@ -104,18 +134,20 @@ fn benches(c: &mut Criterion) {
             .map(|(_, f)| f)
             .collect();
         let mut relay = Broadcaster::new(Config::new(0, N, busiest));
-        let mut task = 1u32;
+        let mut key = WIDE_KEY;
         g.bench_function(BenchmarkId::new("relay", &id), |b| {
             b.iter(|| {
                 // A new task each time (a forgotten one's late frames are dropped).
-                task = task.wrapping_add(1);
+                key += 1;
                 for f in &mut frames {
-                    wire::set_epoch(f, task);
-                    relay.handle_message(Instant::ZERO, 0, f).unwrap();
+                    set_key(f, key);
+                    let frame = Bytes::copy_from_slice(f);
+                    relay.handle_message_owned(Instant::ZERO, 0, frame).unwrap();
                 }
+                let arrived = relay.poll_event();
                 let bytes = encode_all(&mut relay, &mut buf);
-                relay.forget(task);
-                bytes
+                relay.forget(ft_bcast::TaskId::new(0, key));
+                (bytes, arrived)
             })
         });
     }

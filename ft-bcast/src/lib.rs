@@ -35,7 +35,9 @@ pub use bytes::Bytes;
 pub use check::CheckError;
 pub use outputs::OutputSet;
 pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
-pub use protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config};
+pub use protocol::{
+    BcastError, BcastEvent, BcastStats, Broadcaster, Config, TaskId, DEFAULT_MAX_HEADER_BYTES,
+};
 pub use refine::{refine, refine_without, Class, Classes, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
 pub use stack::{RankStack, StackError, StackEvent};

@@ -59,7 +59,7 @@ use ft_core::{
 };
 
 use crate::plan::Plan;
-use crate::protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config};
+use crate::protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config, TaskId};
 use crate::spec::{PlanSpec, SpecError};
 
 /// What the stack reports to the application: the events of either layer.
@@ -158,14 +158,17 @@ impl RankStack {
 
     // ----- application commands -----
 
-    /// Plans and starts broadcast `task` at this rank (the root of `spec`): the plan
-    /// leaves out `spec.failed` and every rank this rank knows dead; the `j`-th payload
-    /// is output `j`'s bytes, handed over once as a shared buffer ([`Bytes`], or a
-    /// `Vec<u8>`, which converts without a copy): see [`Broadcaster::start_broadcast`].
+    /// Plans and starts broadcast `key` at this rank (the root of `spec`; the
+    /// broadcast is [`TaskId`] (this rank, `key`)): the plan leaves out `spec.failed`
+    /// and every rank this rank knows dead; every destination receives `header` with
+    /// its arrival; the `j`-th payload is output `j`'s bytes, handed over once as a
+    /// shared buffer ([`Bytes`], or a `Vec<u8>`, which converts without a copy): see
+    /// [`Broadcaster::start_with_header`].
     pub fn start_broadcast<P: Into<Bytes>>(
         &mut self,
         now: Instant,
-        task: u32,
+        key: u64,
+        header: Bytes,
         mut spec: PlanSpec,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), StackError> {
@@ -173,7 +176,7 @@ impl RankStack {
         spec.failed.union_with(&self.node.view().known_failed());
         let plan = Plan::build(spec).map_err(StackError::Spec)?;
         self.broadcaster_mut(now)
-            .start_broadcast(now, task, &plan, payloads)
+            .start_with_header(now, key, &plan, header, payloads)
             .map_err(StackError::Bcast)
     }
 
@@ -189,17 +192,18 @@ impl RankStack {
     pub fn start_planned<P: Into<Bytes>>(
         &mut self,
         now: Instant,
-        task: u32,
+        key: u64,
+        header: Bytes,
         plan: &Plan,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), StackError> {
         let spec = plan.spec();
         self.check_start(spec)?;
         if !self.node.view().known_failed().is_subset(&spec.failed) {
-            return self.start_broadcast(now, task, spec.clone(), payloads);
+            return self.start_broadcast(now, key, header, spec.clone(), payloads);
         }
         self.broadcaster_mut(now)
-            .start_broadcast(now, task, plan, payloads)
+            .start_with_header(now, key, plan, header, payloads)
             .map_err(StackError::Bcast)
     }
 
@@ -247,7 +251,7 @@ impl RankStack {
 
     /// Drops everything this rank keeps for broadcast `task` (payloads, served sets):
     /// see [Releasing broadcasts](self#releasing-broadcasts). Idempotent.
-    pub fn release(&mut self, task: u32) {
+    pub fn release(&mut self, task: TaskId) {
         if let Some(bcast) = self.bcast.as_mut() {
             bcast.forget(task);
         }
@@ -714,7 +718,7 @@ mod tests {
         }
         net.run_until(ms(25));
         net.ranks[0]
-            .start_broadcast(net.now, 1, spec(4), payloads())
+            .start_broadcast(net.now, 1, Bytes::new(), spec(4), payloads())
             .unwrap();
         net.settle(0);
         net
@@ -727,7 +731,7 @@ mod tests {
         net.offered = Some(20);
         net.run_until(ms(25));
         net.ranks[0]
-            .start_broadcast(net.now, 1, spec(4), payloads())
+            .start_broadcast(net.now, 1, Bytes::new(), spec(4), payloads())
             .unwrap();
         net.settle(0);
         net.run_until(ms(60));
@@ -735,8 +739,8 @@ mod tests {
         assert_eq!(net.released(3), vec![0, 1]);
         let rank3 = net.ranks[3].broadcaster().unwrap();
         let payloads = payloads();
-        assert_eq!(rank3.output(1, 0), Some(&payloads[0][..]));
-        assert_eq!(rank3.output(1, 1), Some(&payloads[1][..]));
+        assert_eq!(rank3.output(TaskId::new(0, 1), 0), Some(&payloads[0][..]));
+        assert_eq!(rank3.output(TaskId::new(0, 1), 1), Some(&payloads[1][..]));
     }
 
     #[test]
@@ -756,11 +760,17 @@ mod tests {
             "rank 3 needs both outputs"
         );
         for r in 0..4 {
-            net.ranks[r].release(1);
+            net.ranks[r].release(TaskId::new(0, 1));
             assert_eq!(net.ranks[r].held_bytes(), 0, "rank {r} after release");
-            net.ranks[r].release(1);
+            net.ranks[r].release(TaskId::new(0, 1));
         }
-        assert_eq!(net.ranks[3].broadcaster().unwrap().output(1, 1), None);
+        assert_eq!(
+            net.ranks[3]
+                .broadcaster()
+                .unwrap()
+                .output(TaskId::new(0, 1), 1),
+            None
+        );
     }
 
     #[test]
@@ -789,7 +799,10 @@ mod tests {
         assert_eq!(net.released(2), vec![0]);
         assert_eq!(net.released(3), vec![0, 1]);
         assert_eq!(
-            net.ranks[3].broadcaster().unwrap().output(1, 1),
+            net.ranks[3]
+                .broadcaster()
+                .unwrap()
+                .output(TaskId::new(0, 1), 1),
             Some(&payloads()[1][..])
         );
         // Output 1's chunks came in frames handed over and were kept in them; output
@@ -822,7 +835,7 @@ mod tests {
         assert!(net.events[1].iter().any(|e| matches!(
             e,
             StackEvent::Bcast(BcastEvent::Failed {
-                task: 1,
+                task: TaskId { root: 0, key: 1 },
                 error: BcastError::Revoked
             })
         )));
@@ -831,7 +844,7 @@ mod tests {
             "nothing completes on a revoked communicator"
         );
         assert!(matches!(
-            net.ranks[0].start_broadcast(net.now, 2, spec(4), payloads()),
+            net.ranks[0].start_broadcast(net.now, 2, Bytes::new(), spec(4), payloads()),
             Err(StackError::Bcast(BcastError::Revoked))
         ));
     }
@@ -844,7 +857,7 @@ mod tests {
         net.run_until(ms(5));
         net.alive[1] = false;
         net.ranks[0]
-            .start_broadcast(net.now, 1, spec(4), payloads())
+            .start_broadcast(net.now, 1, Bytes::new(), spec(4), payloads())
             .unwrap();
         net.settle(0);
         net.run_until(ms(200));
@@ -858,12 +871,15 @@ mod tests {
         assert_eq!(net.released(3), vec![0, 1]);
         // A later broadcast leaves the known-dead rank out of the plan.
         net.ranks[0]
-            .start_broadcast(net.now, 2, spec(4), payloads())
+            .start_broadcast(net.now, 2, Bytes::new(), spec(4), payloads())
             .unwrap();
         net.settle(0);
         net.run_until(ms(220));
         assert_eq!(
-            net.ranks[3].broadcaster().unwrap().output(2, 0),
+            net.ranks[3]
+                .broadcaster()
+                .unwrap()
+                .output(TaskId::new(0, 2), 0),
             Some(&[7u8; 100][..])
         );
     }
@@ -875,7 +891,7 @@ mod tests {
         let plan = Plan::build(spec(4)).unwrap();
         for task in [1, 2] {
             net.ranks[0]
-                .start_planned(net.now, task, &plan, payloads())
+                .start_planned(net.now, task, Bytes::new(), &plan, payloads())
                 .unwrap();
             net.settle(0);
         }
@@ -883,13 +899,19 @@ mod tests {
         let rank3 = net.ranks[3].broadcaster().unwrap();
         for task in [1, 2] {
             assert_eq!(
-                rank3.output(task, 1),
+                rank3.output(TaskId::new(0, task), 1),
                 Some(&payloads()[1][..]),
                 "task {task}"
             );
         }
         assert!(matches!(
-            net.ranks[0].start_planned(net.now, 3, &Plan::build(spec(5)).unwrap(), payloads()),
+            net.ranks[0].start_planned(
+                net.now,
+                3,
+                Bytes::new(),
+                &Plan::build(spec(5)).unwrap(),
+                payloads()
+            ),
             Err(StackError::Bcast(BcastError::WrongSize { plan: 5 }))
         ));
     }
@@ -905,7 +927,7 @@ mod tests {
         net.run_until(ms(200));
         assert!(net.ranks[0].node().view().is_known_failed(1));
         net.ranks[0]
-            .start_planned(net.now, 1, &plan, payloads())
+            .start_planned(net.now, 1, Bytes::new(), &plan, payloads())
             .unwrap();
         net.settle(0);
         assert!(
@@ -934,7 +956,7 @@ mod tests {
             Err(FrameError::FromFailedRank(2))
         );
         assert_eq!(
-            net.ranks[1].start_broadcast(net.now, 1, spec(4), payloads()),
+            net.ranks[1].start_broadcast(net.now, 1, Bytes::new(), spec(4), payloads()),
             Err(StackError::Bcast(BcastError::NotRoot { root: 0 }))
         );
     }
@@ -953,11 +975,11 @@ mod tests {
         assert_eq!(stack.poll_timeout(), None);
         assert_eq!(stack.poll_transmit(net.now, &mut net.buf), Ok(None));
         assert_eq!(
-            stack.start_broadcast(net.now, 9, spec(4), payloads()),
+            stack.start_broadcast(net.now, 9, Bytes::new(), spec(4), payloads()),
             Err(StackError::Node(NodeError::Stopped))
         );
         net.ranks[0]
-            .start_broadcast(net.now, 1, spec(4), payloads())
+            .start_broadcast(net.now, 1, Bytes::new(), spec(4), payloads())
             .unwrap();
         net.settle(0);
         net.run_until(ms(210));

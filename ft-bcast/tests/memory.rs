@@ -72,8 +72,9 @@ const BYTES_PER_TREE: usize = 1024;
 /// sizes, buffers and trees (`protocol::state::IdMap`).
 const BYTES_PER_TASK: usize = 2 << 10;
 /// Bytes a machine may keep after `forget`: the task map's emptied root node (11
-/// slots of a task id and a box) and its queues' capacity.
-const BYTES_KEPT: isize = 2 << 10;
+/// slots of a task id and a box) and its queues' capacity (32 queued frames or
+/// streams of about 72 bytes each).
+const BYTES_KEPT: isize = 3 << 10;
 
 /// Payload bytes of every output.
 const PAYLOAD: u64 = 64;
@@ -209,7 +210,9 @@ fn measure(spec: PlanSpec) -> (Held, Held, Held, isize) {
         })
         .collect();
     for (r, node) in nodes.iter_mut().enumerate() {
-        charge(&mut charged[r], || node.forget(1));
+        charge(&mut charged[r], || {
+            node.forget(ft_bcast::TaskId::new(root, 1))
+        });
         held[r].after_forget = charged[r];
     }
     for (r, h) in held.iter().enumerate() {

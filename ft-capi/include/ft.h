@@ -107,17 +107,19 @@
 #define FT_STRATEGY_PER_OUTPUT 2
 
 // `ft_event.kind`: an activation made this rank a destination of `outputs` of
-// broadcast `task` from `root` (tree `tree`); before any of them is ready.
+// broadcast (`root`, `key`) (tree `tree`), with the root's `header`; before any of
+// them is ready.
 #define FT_EVENT_ARRIVED 1
 
-// `ft_event.kind`: this rank holds output `output` of broadcast `task`
-// (`ft_bcast_wait` returns it at once).
+// `ft_event.kind`: this rank holds output `output` of broadcast (`root`, `key`)
+// (`ft_bcast_take` and `ft_bcast_wait` return it at once).
 #define FT_EVENT_OUTPUT_READY 2
 
-// `ft_event.kind`: broadcast `task` cannot complete here (the root died).
+// `ft_event.kind`: broadcast (`root`, `key`) cannot complete here (the root died).
 #define FT_EVENT_ABANDONED 3
 
-// `ft_event.kind`: broadcast `task` failed here; `error` says why (`FT_ERR_REVOKED`).
+// `ft_event.kind`: broadcast (`root`, `key`) failed here; `error` says why
+// (`FT_ERR_REVOKED`).
 #define FT_EVENT_FAILED 4
 
 // `ft_event.kind`: this rank learned that `rank` failed (once per rank).
@@ -151,10 +153,16 @@ typedef struct ft_rank_info {
   uint32_t generation;
 } ft_rank_info;
 
+// Called once when the library no longer needs an output buffer the root lent it:
+// `(release_arg, data, bytes)` as given in its `ft_bcast_output`. It runs on one of
+// the library's threads (or in `ft_bcast_release` / `ft_close`), must not block for
+// long and must not call into the handle.
+typedef void (*ft_release_fn)(void *arg, const uint8_t *data, uint64_t bytes);
+
 // One output of a broadcast, as the root describes it: `bytes` bytes at `data`,
 // needed by the `ndests` ranks at `dests`.
 typedef struct ft_bcast_output {
-  // The output's bytes (read during `ft_bcast_start` only).
+  // The output's bytes.
   const uint8_t *data;
   // How many.
   uint64_t bytes;
@@ -162,16 +170,49 @@ typedef struct ft_bcast_output {
   const uint32_t *dests;
   // How many.
   uint32_t ndests;
+  // Set: the library sends from `data` in place and calls it once when done with it
+  // (see `ft_release_fn`). Null: `data` is copied during `ft_bcast_start`.
+  ft_release_fn release;
+  // The first argument of `release`.
+  void *release_arg;
 } ft_bcast_output;
+
+// An output's bytes handed over by the library (`ft_bcast_take`): `len` bytes at
+// `data`, valid until `ft_buffer_free`.
+typedef struct ft_buffer {
+  // The bytes (null when `len` is 0).
+  const uint8_t *data;
+  // How many.
+  uint64_t len;
+  // The library's reference to the buffer (do not touch; `ft_buffer_free` drops it).
+  void *owner;
+} ft_buffer;
+
+// What the library copied of broadcast payloads at this rank so far (bytes).
+typedef struct ft_copies {
+  // Payload bytes this rank sent (as root or relay).
+  uint64_t sent;
+  // Of those, bytes copied on the way out (by the machine or the transport).
+  uint64_t sent_copied;
+  // Payload bytes this rank received and kept.
+  uint64_t received;
+  // Of those, bytes copied after the transport delivered them (out of a lent frame,
+  // or to join an output's chunks).
+  uint64_t received_copied;
+  // Bytes the C API copied: outputs started without a `release` callback, and
+  // outputs read with `ft_bcast_wait`.
+  uint64_t api_copied;
+} ft_copies;
 
 // One event (see `FT_EVENT_*` for which fields each kind sets; the others are 0 or
 // null). The arrays stay valid until `ft_event_done`.
 typedef struct ft_event {
   // One of `FT_EVENT_*`.
   uint32_t kind;
-  // The broadcast (`ARRIVED`, `OUTPUT_READY`, `ABANDONED`, `FAILED`).
-  uint32_t task;
-  // The broadcast's root (`ARRIVED`).
+  // The broadcast's key at its root (`ARRIVED`, `OUTPUT_READY`, `ABANDONED`,
+  // `FAILED`).
+  uint64_t key;
+  // The broadcast's root (the same kinds).
   uint32_t root;
   // The tree this rank was activated in (`ARRIVED`).
   uint32_t tree;
@@ -202,6 +243,13 @@ typedef struct ft_event {
   uint32_t *storage;
   // Its length, in u32s.
   uint32_t storage_len;
+  // The root's activation header (`ARRIVED`; null when empty).
+  const uint8_t *header;
+  // Its length.
+  uint64_t header_len;
+  // The library's reference to the header's buffer (do not touch; `ft_event_done`
+  // drops it).
+  void *header_owner;
 } ft_event;
 
 #ifdef __cplusplus
@@ -363,49 +411,86 @@ int ft_revoke(const struct ft_handle *h);
 // `h` is null or an open handle; `new_rank` is null or valid for a write.
 int ft_shrink_rank(const struct ft_handle *h, uint32_t old_rank, uint32_t *new_rank);
 
-// Starts broadcast `task` with this rank as its root: `noutputs` outputs described by
-// `outputs` (their bytes are copied before this returns: the buffers stay the
-// caller's), sent over `topology` (`FT_TOPO_*`; `arity` for `FT_TOPO_KARY`) with
-// `strategy` (`FT_STRATEGY_*`). Ranks known failed are left out. Thread-safe;
-// blocks for one turn of the progress thread.
+// Starts broadcast `key` with this rank as its root (the broadcast is (this rank,
+// `key`): keys are each root's own). Every destination receives the `header_len`
+// bytes at `header` (copied; at most 1 KiB by default, else `FT_ERR_REFUSED`) with its
+// `FT_EVENT_ARRIVED`. `noutputs` outputs are described by `outputs` (see
+// `ft_bcast_output` for who owns their bytes), sent over `topology` (`FT_TOPO_*`;
+// `arity` for `FT_TOPO_KARY`) with `strategy` (`FT_STRATEGY_*`). Ranks known failed
+// are left out. On an error no `release` callback is kept: each is called before
+// this returns. Thread-safe; blocks for one turn of the progress thread.
 //
 // # Safety
-// `h` is null or an open handle; `outputs` is valid for `noutputs` reads, and each
-// output's `data` for `bytes` reads and `dests` for `ndests` reads.
+// `h` is null or an open handle; `header` is valid for `header_len` reads; `outputs`
+// is valid for `noutputs` reads, and each output's `data` for `bytes` reads (until its
+// `release` if set) and `dests` for `ndests` reads.
 int ft_bcast_start(const struct ft_handle *h,
-                   uint32_t task,
+                   uint64_t key,
+                   const uint8_t *header,
+                   uint64_t header_len,
                    int topology,
                    uint32_t arity,
                    int strategy,
                    uint32_t noutputs,
                    const struct ft_bcast_output *outputs);
 
-// Waits until this rank holds output `output` of broadcast `task`, then copies it
-// into `buf` (`len` bytes available) and its length into `*outlen`. A `buf` too
-// small: `FT_ERR_SIZE`, the length needed in `*outlen`, `buf` untouched. Fails with
-// `FT_ERR_ABANDONED` when the root died before this rank got it, `FT_ERR_REVOKED`
-// on a revoked communicator, `FT_ERR_TIMEOUT` after `timeout_ms` milliseconds
-// (negative: no timeout). Thread-safe; blocks.
+// Waits until this rank holds output `output` of broadcast (`root`, `key`), then
+// hands over the library's buffer of it without a copy: `out->data`, `out->len`,
+// valid until `ft_buffer_free(out)`. Fails with `FT_ERR_ABANDONED` when the root died
+// before this rank got it, `FT_ERR_REVOKED` on a revoked communicator,
+// `FT_ERR_TIMEOUT` after `timeout_ms` milliseconds (negative: no timeout), and
+// `out` is then untouched. Thread-safe; blocks.
+//
+// # Safety
+// `h` is null or an open handle; `out` is null or valid for a write.
+int ft_bcast_take(const struct ft_handle *h,
+                  uint32_t root,
+                  uint64_t key,
+                  uint32_t output,
+                  struct ft_buffer *out,
+                  int64_t timeout_ms);
+
+// Gives back a buffer `ft_bcast_take` handed over and nulls `*b`; a second call on
+// the same buffer does nothing. Thread-safe.
+//
+// # Safety
+// `b` is null or a buffer `ft_bcast_take` filled (or one this call already freed).
+int ft_buffer_free(struct ft_buffer *b);
+
+// Waits until this rank holds output `output` of broadcast (`root`, `key`), then
+// copies it into `buf` (`len` bytes available) and its length into `*outlen`
+// (`ft_bcast_take` hands it over without the copy). A `buf` too small: `FT_ERR_SIZE`,
+// the length needed in `*outlen`, `buf` untouched. Fails as `ft_bcast_take`.
+// Thread-safe; blocks.
 //
 // # Safety
 // `h` is null or an open handle; `buf` is valid for `len` writes (or null when `len`
 // is 0); `outlen` is null or valid for a write.
 int ft_bcast_wait(const struct ft_handle *h,
-                  uint32_t task,
+                  uint32_t root,
+                  uint64_t key,
                   uint32_t output,
                   uint8_t *buf,
                   uint64_t len,
                   uint64_t *outlen,
                   int64_t timeout_ms);
 
-// Frees everything this rank keeps for broadcast `task` (its payloads included);
-// waits pending for it fail with `FT_ERR_RELEASED`. Release a task once no rank will
-// ask this one for its data any more (every destination has its outputs).
-// Thread-safe; blocks for one turn of the progress thread.
+// Frees everything this rank keeps for broadcast (`root`, `key`) (its payloads
+// included: a root's lent buffers are released here, once no pending send holds
+// them); waits pending for it fail with `FT_ERR_RELEASED`. Release a broadcast once
+// no rank will ask this one for its data any more (every destination has its
+// outputs). Thread-safe; blocks for one turn of the progress thread.
 //
 // # Safety
 // `h` is null or an open handle.
-int ft_bcast_release(const struct ft_handle *h, uint32_t task);
+int ft_bcast_release(const struct ft_handle *h, uint32_t root, uint64_t key);
+
+// What the library copied of broadcast payloads at this rank so far, into `*out`.
+// Thread-safe; blocks for one turn of the progress thread.
+//
+// # Safety
+// `h` is null or an open handle; `out` is null or valid for a write.
+int ft_bcast_copies(const struct ft_handle *h, struct ft_copies *out);
 
 // Takes the oldest event of the handle into `*ev`, waiting up to `timeout_ms`
 // milliseconds for one (0: do not wait; negative: no timeout). `FT_ERR_TIMEOUT` when
@@ -417,7 +502,8 @@ int ft_bcast_release(const struct ft_handle *h, uint32_t task);
 // `h` is null or an open handle; `ev` is null or valid for a write.
 int ft_next_event(const struct ft_handle *h, struct ft_event *ev, int64_t timeout_ms);
 
-// Frees what event `*ev` owns (its arrays) and nulls its pointers; a second call on
+// Frees what event `*ev` owns (its arrays, its reference to the header) and nulls its
+// pointers; a second call on
 // the same event does nothing. Thread-safe.
 //
 // # Safety

@@ -1,30 +1,36 @@
 //! The event queue in C: `ft_next_event` fills a tagged [`ft_event`]; its arrays
 //! (the outputs of an arrival, the ranks of a validation) live in one allocation the
-//! event owns until `ft_event_done`; `ft_event_fd` gives the eventfd that polls
-//! readable while events are queued.
+//! event owns until `ft_event_done`, and an arrival's header is the library's buffer
+//! (the frame it came in), referenced by the event until then; `ft_event_fd` gives
+//! the eventfd that polls readable while events are queued.
 //!
-//! Invariant: an `ft_event` the library filled either owns exactly one allocation
-//! (`storage`, `storage_len` u32s, which `outputs`, `failed` and `added` point into)
-//! or none (`storage` null, every array pointer null); `ft_event_done` frees it once
-//! and nulls the pointers, so a second `ft_event_done` is harmless.
+//! Invariant: an `ft_event` the library filled owns at most one array allocation
+//! (`storage`, `storage_len` u32s, which `outputs`, `failed` and `added` point into;
+//! else `storage` and every array pointer are null) and at most one header reference
+//! (`header_owner`, a boxed `Bytes` that `header` points into; else both null);
+//! `ft_event_done` frees each once and nulls the pointers, so a second `ft_event_done`
+//! is harmless.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::time::Duration;
 
-use ft::{Event, RankSet, Runtime};
+use ft::ft_bcast::Bytes;
+use ft::{Event, RankSet, Runtime, TaskId};
 
 use crate::{code_of, count, ft_handle, guard, put, runtime};
 use crate::{FT_ERR_ARG, FT_ERR_REFUSED, FT_ERR_REVOKED, FT_ERR_TIMEOUT};
 
 /// `ft_event.kind`: an activation made this rank a destination of `outputs` of
-/// broadcast `task` from `root` (tree `tree`); before any of them is ready.
+/// broadcast (`root`, `key`) (tree `tree`), with the root's `header`; before any of
+/// them is ready.
 pub const FT_EVENT_ARRIVED: u32 = 1;
-/// `ft_event.kind`: this rank holds output `output` of broadcast `task`
-/// (`ft_bcast_wait` returns it at once).
+/// `ft_event.kind`: this rank holds output `output` of broadcast (`root`, `key`)
+/// (`ft_bcast_take` and `ft_bcast_wait` return it at once).
 pub const FT_EVENT_OUTPUT_READY: u32 = 2;
-/// `ft_event.kind`: broadcast `task` cannot complete here (the root died).
+/// `ft_event.kind`: broadcast (`root`, `key`) cannot complete here (the root died).
 pub const FT_EVENT_ABANDONED: u32 = 3;
-/// `ft_event.kind`: broadcast `task` failed here; `error` says why (`FT_ERR_REVOKED`).
+/// `ft_event.kind`: broadcast (`root`, `key`) failed here; `error` says why
+/// (`FT_ERR_REVOKED`).
 pub const FT_EVENT_FAILED: u32 = 4;
 /// `ft_event.kind`: this rank learned that `rank` failed (once per rank).
 pub const FT_EVENT_RANK_FAILED: u32 = 5;
@@ -44,9 +50,10 @@ pub const FT_EVENT_OVERFLOWED: u32 = 8;
 pub struct ft_event {
     /// One of `FT_EVENT_*`.
     pub kind: u32,
-    /// The broadcast (`ARRIVED`, `OUTPUT_READY`, `ABANDONED`, `FAILED`).
-    pub task: u32,
-    /// The broadcast's root (`ARRIVED`).
+    /// The broadcast's key at its root (`ARRIVED`, `OUTPUT_READY`, `ABANDONED`,
+    /// `FAILED`).
+    pub key: u64,
+    /// The broadcast's root (the same kinds).
     pub root: u32,
     /// The tree this rank was activated in (`ARRIVED`).
     pub tree: u32,
@@ -77,13 +84,20 @@ pub struct ft_event {
     pub storage: *mut u32,
     /// Its length, in u32s.
     pub storage_len: u32,
+    /// The root's activation header (`ARRIVED`; null when empty).
+    pub header: *const u8,
+    /// Its length.
+    pub header_len: u64,
+    /// The library's reference to the header's buffer (do not touch; `ft_event_done`
+    /// drops it).
+    pub header_owner: *mut c_void,
 }
 
 impl ft_event {
     fn empty(kind: u32) -> Self {
         ft_event {
             kind,
-            task: 0,
+            key: 0,
             root: 0,
             tree: 0,
             output: 0,
@@ -99,7 +113,26 @@ impl ft_event {
             nadded: 0,
             storage: std::ptr::null_mut(),
             storage_len: 0,
+            header: std::ptr::null(),
+            header_len: 0,
+            header_owner: std::ptr::null_mut(),
         }
+    }
+
+    /// An event of `kind` about broadcast `task`.
+    fn of_task(kind: u32, task: TaskId) -> Self {
+        let mut ev = ft_event::empty(kind);
+        (ev.root, ev.key) = (task.root, task.key);
+        ev
+    }
+
+    /// Keeps `header` referenced by the event (no copy) until `ft_event_done`.
+    fn hold_header(&mut self, header: Bytes) {
+        if header.is_empty() {
+            return;
+        }
+        (self.header, self.header_len) = (header.as_ptr(), header.len() as u64);
+        self.header_owner = Box::into_raw(Box::new(header)).cast::<c_void>();
     }
 
     /// Moves `lists` into one allocation owned by the event; the start of each list in
@@ -137,29 +170,25 @@ fn event_of(event: Event) -> ft_event {
     match event {
         Event::Arrived {
             task,
-            root,
+            header,
             tree,
             outputs,
         } => {
-            let mut ev = ft_event::empty(FT_EVENT_ARRIVED);
-            (ev.task, ev.root, ev.tree) = (task, root, tree);
+            let mut ev = ft_event::of_task(FT_EVENT_ARRIVED, task);
+            ev.tree = tree;
             let lists = ev.own(&[outputs.iter().collect()]);
             (ev.outputs, ev.noutputs) = lists[0];
+            ev.hold_header(header);
             ev
         }
         Event::OutputReady { task, output } => {
-            let mut ev = ft_event::empty(FT_EVENT_OUTPUT_READY);
-            (ev.task, ev.output) = (task, output);
+            let mut ev = ft_event::of_task(FT_EVENT_OUTPUT_READY, task);
+            ev.output = output;
             ev
         }
-        Event::Abandoned { task } => {
-            let mut ev = ft_event::empty(FT_EVENT_ABANDONED);
-            ev.task = task;
-            ev
-        }
+        Event::Abandoned { task } => ft_event::of_task(FT_EVENT_ABANDONED, task),
         Event::Failed { task, error } => {
-            let mut ev = ft_event::empty(FT_EVENT_FAILED);
-            ev.task = task;
+            let mut ev = ft_event::of_task(FT_EVENT_FAILED, task);
             ev.error = match error {
                 ft::BcastError::Revoked => FT_ERR_REVOKED,
                 _ => FT_ERR_REFUSED,
@@ -234,7 +263,8 @@ pub unsafe extern "C" fn ft_next_event(
     })
 }
 
-/// Frees what event `*ev` owns (its arrays) and nulls its pointers; a second call on
+/// Frees what event `*ev` owns (its arrays, its reference to the header) and nulls its
+/// pointers; a second call on
 /// the same event does nothing. Thread-safe.
 ///
 /// # Safety
@@ -252,6 +282,11 @@ pub unsafe extern "C" fn ft_event_done(h: *const ft_handle, ev: *mut ft_event) -
             // SAFETY: `storage` is the boxed slice `own` leaked, of `storage_len`
             // u32s, freed once (nulled below).
             drop(unsafe { Box::from_raw(slice) });
+        }
+        if !ev.header_owner.is_null() {
+            // SAFETY: `header_owner` is the boxed `Bytes` `hold_header` leaked, freed
+            // once (nulled below).
+            drop(unsafe { Box::from_raw(ev.header_owner.cast::<Bytes>()) });
         }
         let kind = ev.kind;
         *ev = ft_event::empty(kind);

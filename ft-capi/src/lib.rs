@@ -14,15 +14,15 @@
 //! needs the caller to have ended every other call on it.
 #![allow(non_camel_case_types)]
 
+mod bcast;
 mod events;
+pub use bcast::*;
 pub use events::*;
 
-use std::borrow::Cow;
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use ft::ft_bcast::{OutputSet, OutputSpec, PlanSpec, Strategy, Topology};
 use ft::ft_core::node::NodeError;
 use ft::sim::SimGroup;
 use ft::{
@@ -79,22 +79,6 @@ pub const FT_STATE_NEW: u32 = 8;
 /// Mask bit: only ranks known before the scope's latest validation.
 pub const FT_STATE_OLD: u32 = 16;
 
-/// Broadcast topology: the root sends to every destination.
-pub const FT_TOPO_STAR: c_int = 0;
-/// Broadcast topology: a chain.
-pub const FT_TOPO_CHAIN: c_int = 1;
-/// Broadcast topology: a binomial tree.
-pub const FT_TOPO_BINOMIAL: c_int = 2;
-/// Broadcast topology: a k-ary tree (`arity` gives k).
-pub const FT_TOPO_KARY: c_int = 3;
-
-/// Broadcast strategy: one tree per class of destinations needing the same outputs.
-pub const FT_STRATEGY_PER_CLASS: c_int = 0;
-/// Broadcast strategy: one merged tree; each rank fetches what its subtree needs.
-pub const FT_STRATEGY_FETCH_FOR_DESCENDANTS: c_int = 1;
-/// Broadcast strategy: one tree per output.
-pub const FT_STRATEGY_PER_OUTPUT: c_int = 2;
-
 /// One row of a state query.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,21 +90,6 @@ pub struct ft_rank_info {
     /// The scope's validation epoch at which the rank entered its state (0 for ranks
     /// alive since the start).
     pub generation: u32,
-}
-
-/// One output of a broadcast, as the root describes it: `bytes` bytes at `data`,
-/// needed by the `ndests` ranks at `dests`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ft_bcast_output {
-    /// The output's bytes (read during `ft_bcast_start` only).
-    pub data: *const u8,
-    /// How many.
-    pub bytes: u64,
-    /// The ranks that need it.
-    pub dests: *const u32,
-    /// How many.
-    pub ndests: u32,
 }
 
 /// One rank's handle (opaque): its protocol stack on its own progress thread.
@@ -248,7 +217,7 @@ pub extern "C" fn ft_strerror(code: c_int) -> *const c_char {
         FT_ERR_SIZE => b"buffer too small: the size needed was written to the out-parameter\0",
         FT_ERR_NOT_FAILED => b"the rank is not known to have failed\0",
         FT_ERR_STOPPED => b"this rank stopped (killed, declared dead, or its backend failed)\0",
-        FT_ERR_REFUSED => b"command refused (task id in use, payloads that do not match the spec, limits)\0",
+        FT_ERR_REFUSED => b"command refused (broadcast key in use, payloads that do not match the spec, header or output over the limits)\0",
         FT_ERR_REVOKED => b"the communicator was revoked\0",
         FT_ERR_ABANDONED => b"broadcast abandoned: no live ancestor (the root died)\0",
         FT_ERR_TIMEOUT => b"timed out\0",
@@ -678,168 +647,5 @@ pub unsafe extern "C" fn ft_shrink_rank(
         let new = view.survivors().new_rank(old_rank).ok_or(FT_ERR_RANK)?;
         // SAFETY: the caller's contract (checked for null by `put`).
         unsafe { put(new_rank, new) }
-    })
-}
-
-// ----- broadcasts -----
-
-fn topology_of(topology: c_int, arity: u32) -> Result<Topology, c_int> {
-    match topology {
-        FT_TOPO_STAR => Ok(Topology::Star),
-        FT_TOPO_CHAIN => Ok(Topology::Chain),
-        FT_TOPO_BINOMIAL => Ok(Topology::Binomial),
-        FT_TOPO_KARY => std::num::NonZeroU32::new(arity)
-            .map(Topology::Kary)
-            .ok_or(FT_ERR_ARG),
-        _ => Err(FT_ERR_ARG),
-    }
-}
-
-fn strategy_of(strategy: c_int) -> Result<Strategy, c_int> {
-    match strategy {
-        FT_STRATEGY_PER_CLASS => Ok(Strategy::PerClass),
-        FT_STRATEGY_FETCH_FOR_DESCENDANTS => Ok(Strategy::FetchForDescendants),
-        FT_STRATEGY_PER_OUTPUT => Ok(Strategy::PerOutput),
-        _ => Err(FT_ERR_ARG),
-    }
-}
-
-/// Starts broadcast `task` with this rank as its root: `noutputs` outputs described by
-/// `outputs` (their bytes are copied before this returns: the buffers stay the
-/// caller's), sent over `topology` (`FT_TOPO_*`; `arity` for `FT_TOPO_KARY`) with
-/// `strategy` (`FT_STRATEGY_*`). Ranks known failed are left out. Thread-safe;
-/// blocks for one turn of the progress thread.
-///
-/// # Safety
-/// `h` is null or an open handle; `outputs` is valid for `noutputs` reads, and each
-/// output's `data` for `bytes` reads and `dests` for `ndests` reads.
-#[no_mangle]
-pub unsafe extern "C" fn ft_bcast_start(
-    h: *const ft_handle,
-    task: u32,
-    topology: c_int,
-    arity: u32,
-    strategy: c_int,
-    noutputs: u32,
-    outputs: *const ft_bcast_output,
-) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let runtime = unsafe { runtime(h) }?;
-        let view = runtime.view();
-        if outputs.is_null() && noutputs > 0 {
-            return Err(FT_ERR_ARG);
-        }
-        let mut spec = PlanSpec::new(view.size(), view.rank())
-            .with_topology(topology_of(topology, arity)?)
-            .with_strategy(strategy_of(strategy)?);
-        spec.outputs.reserve(noutputs as usize);
-        let mut payloads = Vec::with_capacity(noutputs as usize);
-        for j in 0..noutputs as usize {
-            // SAFETY: `j < noutputs` entries the caller made readable.
-            let output = unsafe { *outputs.add(j) };
-            let len = usize::try_from(output.bytes).map_err(|_| FT_ERR_ARG)?;
-            if (output.data.is_null() && len > 0) || (output.dests.is_null() && output.ndests > 0) {
-                return Err(FT_ERR_ARG);
-            }
-            let slice = |ptr: *const u8, len: usize| {
-                if len == 0 {
-                    &[][..]
-                } else {
-                    // SAFETY: non-null and readable for `len` bytes (the contract).
-                    unsafe { std::slice::from_raw_parts(ptr, len) }
-                }
-            };
-            let dests: Vec<u32> = if output.ndests == 0 {
-                Vec::new()
-            } else {
-                // SAFETY: non-null and readable for `ndests` ranks (the contract).
-                unsafe { std::slice::from_raw_parts(output.dests, output.ndests as usize) }.to_vec()
-            };
-            spec = spec.with_output(OutputSpec::new(output_name(j), output.bytes, dests));
-            // The payload's one copy: out of the caller's buffer, which it may reuse as
-            // soon as this returns. The stack shares this copy from here on (every chunk
-            // it sends or forwards is a slice of it).
-            payloads.push(slice(output.data, len).to_vec());
-        }
-        runtime
-            .start_broadcast(task, spec, payloads)
-            .map_err(|e| code_of(&e))
-    })
-}
-
-/// The name the C API gives output `j` (outputs are known by position): borrowed for
-/// the first 16, so a small task allocates no name.
-fn output_name(j: usize) -> Cow<'static, str> {
-    const NAMES: [&str; 16] = [
-        "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11", "o12", "o13",
-        "o14", "o15",
-    ];
-    NAMES
-        .get(j)
-        .map_or_else(|| Cow::Owned(format!("o{j}")), |&name| Cow::Borrowed(name))
-}
-
-/// Waits until this rank holds output `output` of broadcast `task`, then copies it
-/// into `buf` (`len` bytes available) and its length into `*outlen`. A `buf` too
-/// small: `FT_ERR_SIZE`, the length needed in `*outlen`, `buf` untouched. Fails with
-/// `FT_ERR_ABANDONED` when the root died before this rank got it, `FT_ERR_REVOKED`
-/// on a revoked communicator, `FT_ERR_TIMEOUT` after `timeout_ms` milliseconds
-/// (negative: no timeout). Thread-safe; blocks.
-///
-/// # Safety
-/// `h` is null or an open handle; `buf` is valid for `len` writes (or null when `len`
-/// is 0); `outlen` is null or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn ft_bcast_wait(
-    h: *const ft_handle,
-    task: u32,
-    output: u32,
-    buf: *mut u8,
-    len: u64,
-    outlen: *mut u64,
-    timeout_ms: i64,
-) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let runtime = unsafe { runtime(h) }?;
-        if outlen.is_null() || (buf.is_null() && len > 0) {
-            return Err(FT_ERR_ARG);
-        }
-        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        let data = runtime
-            .wait_outputs(task, OutputSet::single(output), timeout)
-            .map_err(|e| code_of(&e))?;
-        let bytes = data
-            .into_iter()
-            .find(|(j, _)| *j == output)
-            .map(|(_, bytes)| bytes)
-            .ok_or(FT_ERR_INTERNAL)?;
-        // SAFETY: checked non-null.
-        unsafe { put(outlen, bytes.len() as u64) }?;
-        if (len as usize) < bytes.len() {
-            return Err(FT_ERR_SIZE);
-        }
-        if !bytes.is_empty() {
-            // SAFETY: `buf` is writable for `len >= bytes.len()` bytes (the contract).
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
-        }
-        Ok(())
-    })
-}
-
-/// Frees everything this rank keeps for broadcast `task` (its payloads included);
-/// waits pending for it fail with `FT_ERR_RELEASED`. Release a task once no rank will
-/// ask this one for its data any more (every destination has its outputs).
-/// Thread-safe; blocks for one turn of the progress thread.
-///
-/// # Safety
-/// `h` is null or an open handle.
-#[no_mangle]
-pub unsafe extern "C" fn ft_bcast_release(h: *const ft_handle, task: u32) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let runtime = unsafe { runtime(h) }?;
-        runtime.release(task).map_err(|e| code_of(&e))
     })
 }

@@ -363,6 +363,12 @@ impl<S: Sink> Writer<S> {
     pub fn put_rank(&mut self, r: Rank) -> &mut Self {
         self.put_varint(r.into())
     }
+    /// Appends `bytes` as they are: fields encoded before (a run kept from an earlier
+    /// frame, written again behind new leading fields).
+    pub fn put_raw(&mut self, bytes: &[u8]) -> &mut Self {
+        self.sink.put_slice(bytes);
+        self
+    }
     /// Appends a length-prefixed byte string.
     pub fn put_bytes(&mut self, bytes: &[u8]) -> &mut Self {
         self.put_varint(bytes.len() as u64);

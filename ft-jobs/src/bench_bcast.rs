@@ -33,7 +33,7 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
 use clap::Args;
-use ft_bcast::{BcastEvent, OutputSet, OutputSpec, Plan, PlanSpec, StackEvent, Strategy};
+use ft_bcast::{BcastEvent, OutputSet, OutputSpec, Plan, PlanSpec, StackEvent, Strategy, TaskId};
 use ft_core::wire::MAX_CHUNK;
 use ft_core::Rank;
 use ft_runtime::timeline::{self, Mark};
@@ -297,8 +297,10 @@ impl Case {
         members
     }
 
-    /// Whether the stack delivered task `task`'s outputs intact at this rank.
-    pub fn stack_delivered<T: Transport>(&self, driver: &RankDriver<T>, task: u32) -> bool {
+    /// Whether the stack delivered broadcast `key` (of this case's root) intact at this
+    /// rank.
+    pub fn stack_delivered<T: Transport>(&self, driver: &RankDriver<T>, key: u64) -> bool {
+        let task = TaskId::new(self.spec().root, key);
         let bcast = driver.machine().broadcaster();
         self.needs
             .iter()
@@ -370,16 +372,17 @@ pub fn stack_rep<T: Transport>(
     driver: &mut RankDriver<T>,
     case: &Case,
     start: Option<Start>,
-    task: u32,
+    key: u64,
     limit: StdDuration,
 ) -> Result<f64, String> {
+    let task = TaskId::new(case.spec().root, key);
     let since = WallInstant::now();
     timeline::mark(Mark::RepStart, phase::STACK);
     if let Some(Start { spec, payloads }) = start {
         driver
             .command(|stack, now| match spec {
-                Some(spec) => stack.start_broadcast(now, task, spec, payloads),
-                None => stack.start_planned(now, task, &case.plan, payloads),
+                Some(spec) => stack.start_broadcast(now, key, Bytes::new(), spec, payloads),
+                None => stack.start_planned(now, key, Bytes::new(), &case.plan, payloads),
             })
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -409,9 +412,14 @@ pub fn stack_rep<T: Transport>(
     Ok(took)
 }
 
-/// Drops what this rank keeps of broadcast `task` (every rank must hold what it needs
+/// Drops what this rank keeps of broadcast `key` of `case`'s root (every rank must hold what it needs
 /// of it: after the repetition's closing validation).
-pub fn release<T: Transport>(driver: &mut RankDriver<T>, task: u32) -> Result<(), String> {
+pub fn release<T: Transport>(
+    driver: &mut RankDriver<T>,
+    case: &Case,
+    key: u64,
+) -> Result<(), String> {
+    let task = TaskId::new(case.spec().root, key);
     driver
         .command(|stack, _| stack.release(task))
         .map_err(|e| e.to_string())
@@ -504,9 +512,10 @@ fn parse_data(frame: &[u8], tag: u32, outputs: u32) -> Option<(usize, usize)> {
         .then(|| (usize::from(j), field(10) as usize * MAX_CHUNK))
 }
 
-/// The task ids of the gather that brings every rank's times to rank 0: rank `k`'s is
-/// `GATHER + k`, past every benchmark task.
-const GATHER: u32 = 1 << 31;
+/// The key of the gather that brings every rank's times to rank 0: every rank `k > 0`
+/// broadcasts its times under this key (broadcast (`k`, `GATHER`)), past every
+/// benchmark key.
+const GATHER: u64 = 1 << 63;
 
 /// The bench-bcast job over any transport, against the two-sided baseline: rank 0
 /// returns one line per case ([`Case::line`], baseline `"two_sided"`); every other rank
@@ -575,7 +584,7 @@ pub fn bench_bcast<L: Launch>(
             start = next.and_then(|case| case.start(me));
             validate_once(&mut driver, limit)?;
             if rep + 1 < reps {
-                release(&mut driver, task)?;
+                release(&mut driver, case, task)?;
             }
             task += 1;
         }
@@ -585,7 +594,7 @@ pub fn bench_bcast<L: Launch>(
                 case.bytes
             ));
         }
-        release(&mut driver, task - 1)?;
+        release(&mut driver, case, task - 1)?;
     }
 
     let mine: Vec<f64> = raw_times
@@ -634,7 +643,7 @@ pub fn bench_bcast<L: Launch>(
 }
 
 /// Brings every rank's `mine` (all of the same length) to rank 0 through the stack:
-/// rank `k > 0` broadcasts them to rank 0 as task `GATHER + k`. Rank 0 gets every
+/// rank `k > 0` broadcasts them to rank 0 as broadcast (`k`, `GATHER`). Rank 0 gets every
 /// rank's, its own first; the others get `None` (and must keep serving until rank 0
 /// has them).
 fn gather_at_zero<T: Transport>(
@@ -648,7 +657,9 @@ fn gather_at_zero<T: Transport>(
         let spec =
             PlanSpec::new(n, me).with_output(OutputSpec::new("times", bytes.len() as u64, vec![0]));
         driver
-            .command(|stack, now| stack.start_broadcast(now, GATHER + me, spec, vec![bytes]))
+            .command(|stack, now| {
+                stack.start_broadcast(now, GATHER, Bytes::new(), spec, vec![bytes])
+            })
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
         return Ok(None);
@@ -660,7 +671,11 @@ fn gather_at_zero<T: Transport>(
             }
             events.clear();
             let bcast = stack.broadcaster();
-            let held = |k| bcast.and_then(|b| b.output(GATHER + k, 0)).is_some();
+            let held = |k| {
+                bcast
+                    .and_then(|b| b.output(TaskId::new(k, GATHER), 0))
+                    .is_some()
+            };
             (1..n).all(held).then_some(Ok(()))
         })
         .map_err(|e| e.to_string())??;
@@ -671,7 +686,7 @@ fn gather_at_zero<T: Transport>(
     let mut all = vec![mine.to_vec()];
     for k in 1..n {
         let part = bcast
-            .output(GATHER + k, 0)
+            .output(TaskId::new(k, GATHER), 0)
             .filter(|b| b.len() == bytes.len())
             .ok_or_else(|| format!("rank {k}'s times are missing or of another length"))?;
         all.push(

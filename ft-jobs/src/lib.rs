@@ -43,7 +43,7 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use backend_sim::stack::payload;
 use clap::{Args, Subcommand, ValueEnum};
-use ft_bcast::{BcastEvent, OutputSet, PlanSpec, RankStack, StackEvent};
+use ft_bcast::{BcastEvent, Bytes, OutputSet, PlanSpec, RankStack, StackEvent, TaskId};
 use ft_core::detector::DetectorConfig;
 use ft_core::node::NodeEvent;
 use ft_core::{Duration, Instant, Rank};
@@ -605,11 +605,13 @@ fn spawn<L: Launch>(launch: &L, args: &JobArgs) -> Result<Runtime, String> {
     Runtime::spawn(move || start(&launch, &args)).map_err(|e| e.to_string())
 }
 
-/// The one task every broadcast job runs.
+/// The key of the one broadcast every broadcast job runs.
 const TASK: u32 = 0;
 
 /// What one rank of a broadcast job needs, and how to name and check it.
 struct BroadcastJob {
+    /// The job's broadcast: key [`TASK`] of the spec's root.
+    task: TaskId,
     names: Vec<String>,
     sizes: Vec<u64>,
     needs: OutputSet,
@@ -618,6 +620,7 @@ struct BroadcastJob {
 impl BroadcastJob {
     fn new(spec: &PlanSpec, me: Rank) -> Self {
         BroadcastJob {
+            task: TaskId::new(spec.root, TASK.into()),
             names: spec.outputs.iter().map(|o| o.name.to_string()).collect(),
             sizes: spec.outputs.iter().map(|o| o.bytes).collect(),
             needs: (0..spec.outputs.len() as u32)
@@ -660,7 +663,9 @@ pub fn broadcast<T: JobTransport>(
     if me == spec.root {
         let payloads = job.payloads();
         driver
-            .command(|stack, now| stack.start_broadcast(now, TASK, spec, payloads))
+            .command(|stack, now| {
+                stack.start_broadcast(now, TASK.into(), Bytes::new(), spec, payloads)
+            })
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
     }
@@ -676,14 +681,14 @@ pub fn broadcast<T: JobTransport>(
                 return Some(Err(stop));
             }
             match event {
-                StackEvent::Bcast(BcastEvent::Released {
-                    task: TASK,
-                    outputs,
-                    ..
-                }) => {
+                StackEvent::Bcast(BcastEvent::Released { task, outputs, .. })
+                    if task == job.task =>
+                {
                     received.union_with(&outputs);
                 }
-                StackEvent::Bcast(BcastEvent::Abandoned { task: TASK }) => abandoned = true,
+                StackEvent::Bcast(BcastEvent::Abandoned { task }) if task == job.task => {
+                    abandoned = true;
+                }
                 _ => {}
             }
         }
@@ -705,7 +710,7 @@ pub fn broadcast<T: JobTransport>(
     let bcast = driver.machine().broadcaster();
     let verified = received.iter().all(|j| {
         bcast
-            .and_then(|b| b.output(TASK, j))
+            .and_then(|b| b.output(job.task, j))
             .is_some_and(|bytes| job.is_intact(j, bytes))
     });
     let line = json!({
@@ -742,13 +747,13 @@ pub fn broadcast_threaded<L: Launch>(
     let runtime = spawn(launch, args)?;
     if me == spec.root {
         runtime
-            .start_broadcast(TASK, spec, job.payloads())
+            .start_broadcast(TASK.into(), spec, job.payloads())
             .map_err(|e| e.to_string())?;
     }
     let (data, abandoned) = if job.needs.is_empty() {
         (Vec::new(), false)
     } else {
-        match runtime.wait_outputs(TASK, job.needs.clone(), Some(limit)) {
+        match runtime.wait_outputs(job.task, job.needs.clone(), Some(limit)) {
             Ok(data) => (data, false),
             // The root died: no live ancestor is left (as the single-threaded loop's
             // `abandoned`).

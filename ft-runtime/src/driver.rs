@@ -632,6 +632,9 @@ impl<T: Transport> Engine for Driver<RankStack, T> {
     fn next_event(&mut self) -> Option<StackEvent> {
         self.poll_event().map(|(_, event)| event)
     }
+    fn driver_stats(&self) -> DriverStats {
+        self.stats()
+    }
     /// Until the next timer if the transport has a waker (application commands wake
     /// it); else capped at the idle sleep, so commands are noticed soon.
     fn wait_idle(&mut self) -> Result<(), T::Error> {

@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ft_bcast::{BcastError, OutputSet};
+use ft_bcast::{BcastError, Bytes, OutputSet, TaskId};
 use ft_core::{Rank, RankSet};
 
 use crate::shared::Stopped;
@@ -39,13 +39,14 @@ pub const DEFAULT_EVENT_CAPACITY: usize = 1 << 16;
 #[non_exhaustive]
 pub enum Event {
     /// An activation reached this rank: it is a destination of `outputs` of broadcast
-    /// `task`, started by `root`, in tree `tree`. Comes before any of these outputs is
+    /// `task` (its root and key) in tree `tree`. Comes before any of these outputs is
     /// ready; once per tree this rank is a destination in.
     Arrived {
-        /// The broadcast.
-        task: u32,
-        /// The rank that started it.
-        root: Rank,
+        /// The broadcast: the rank that started it and its key there.
+        task: TaskId,
+        /// The root's activation header ([`Runtime::start_with_header`](crate::Runtime::start_with_header)),
+        /// as a slice of the frame it arrived in.
+        header: Bytes,
         /// The tree this rank was activated in.
         tree: u32,
         /// The outputs this rank needs from that tree.
@@ -56,19 +57,19 @@ pub enum Event {
     /// Once per output.
     OutputReady {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
         /// The output's index.
         output: u32,
     },
     /// Broadcast `task` cannot complete here: no live ancestor is left (the root died).
     Abandoned {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
     },
     /// Broadcast `task` failed here (the communicator was revoked).
     Failed {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
         /// Why.
         error: BcastError,
     },

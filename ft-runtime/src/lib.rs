@@ -28,6 +28,7 @@
 mod shared;
 mod sync;
 
+pub mod copies;
 pub mod driver;
 pub mod events;
 pub mod mem;
@@ -35,8 +36,10 @@ pub mod runtime;
 pub mod timeline;
 pub mod transport;
 
+pub use copies::Copies;
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use events::{Event, DEFAULT_EVENT_CAPACITY};
+pub use ft_bcast::TaskId;
 pub use mem::{MemError, MemNet, MemTransport};
 pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;

@@ -59,16 +59,21 @@ use std::any::Any;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
-use ft_bcast::{BcastError, BcastEvent, OutputSet, PlanSpec, RankStack, StackError, StackEvent};
+use ft_bcast::{
+    BcastError, BcastEvent, OutputSet, PlanSpec, RankStack, StackError, StackEvent, TaskId,
+};
 use ft_core::node::{NodeError, NodeEvent};
 use ft_core::shrink::Survivors;
 use ft_core::view::FailureView;
 use ft_core::{Counts, Instant, Modifier, Rank, RankInfo, RankSet, Scope, StateMask, ViewError};
 
+use crate::copies::Copies;
+use crate::driver::DriverStats;
 use crate::events::{Event, EventQueue, DEFAULT_EVENT_CAPACITY};
 use crate::shared::{Shared, Stopped, Ticket};
 use crate::transport::{Bytes, Wake};
@@ -96,6 +101,10 @@ pub trait Engine {
     }
     /// Keeps serving peers for `span` before the thread ends.
     fn linger(&mut self, span: StdDuration) -> Result<(), Self::Error>;
+    /// The driver's counters (what the transport copied), if the engine has a driver.
+    fn driver_stats(&self) -> DriverStats {
+        DriverStats::default()
+    }
 }
 
 /// The failure view as the progress thread last published it: a copy of the rank's
@@ -200,24 +209,24 @@ pub enum RuntimeError {
     /// root died).
     Abandoned {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
     },
     /// Broadcast `task` failed at this rank (the communicator was revoked).
     BroadcastFailed {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
         /// Why.
         error: BcastError,
     },
     /// The wait's timeout passed before the outputs arrived; the broadcast goes on.
     TimedOut {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
     },
     /// The wait was pending when the application released `task` here.
     Released {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
     },
     /// The progress thread has ended (backend error, declared dead, shut down).
     Stopped(String),
@@ -285,17 +294,19 @@ enum Command {
     Recognize(Rank),
     Revoke,
     StartBroadcast {
-        task: u32,
+        key: u64,
+        header: Bytes,
         spec: PlanSpec,
         payloads: Vec<Bytes>,
     },
     WaitOutputs {
-        task: u32,
+        task: TaskId,
         outputs: OutputSet,
         deadline: Option<WallInstant>,
     },
-    Release(u32),
+    Release(TaskId),
     Inspect(Inspection),
+    Copies,
     Shutdown {
         linger: StdDuration,
     },
@@ -305,8 +316,9 @@ enum Outcome {
     Local(Counts),
     Global(GlobalValidation),
     Done,
-    Outputs(Vec<(u32, Vec<u8>)>),
+    Outputs(Vec<(u32, Bytes)>),
     Inspected(Box<dyn Any + Send>),
+    Copies(Copies),
     ShutDown,
     Failed(RuntimeError),
 }
@@ -318,6 +330,8 @@ type SharedState = Shared<Command, Outcome, ViewSnapshot>;
 pub struct Runtime {
     shared: Arc<SharedState>,
     events: Arc<EventQueue>,
+    /// Payload bytes a binding copied at its boundary ([`Runtime::count_api_copies`]).
+    api_copied: AtomicU64,
     thread: Option<JoinHandle<()>>,
     /// Ends the progress thread's idle wait when a command is submitted.
     waker: Option<Arc<dyn Wake>>,
@@ -363,6 +377,7 @@ impl Runtime {
             Ok(Ok((shared, waker))) => Ok(Runtime {
                 shared,
                 events,
+                api_copied: AtomicU64::new(0),
                 thread: Some(thread),
                 waker,
             }),
@@ -435,34 +450,55 @@ impl Runtime {
         self.done(Command::Revoke)
     }
 
-    /// Starts broadcast `task` at this rank, the root of `spec` (the `j`-th payload is
-    /// output `j`'s bytes); returns once it is started.
-    ///
-    /// Each payload is handed over once as a shared buffer ([`Bytes`]; a `Vec<u8>`
-    /// converts without a copy): the chunks sent from it are slices of it, so the
-    /// sending side copies none of it when the transport sends from two places
-    /// ([`crate::Transport::copies_payload`]).
+    /// Starts broadcast `key` at this rank, the root of `spec`, with no activation
+    /// header: [`Runtime::start_with_header`].
     pub fn start_broadcast<P: Into<Bytes>>(
         &self,
-        task: u32,
+        key: u64,
+        spec: PlanSpec,
+        payloads: impl IntoIterator<Item = P>,
+    ) -> Result<(), RuntimeError> {
+        self.start_with_header(key, Bytes::new(), spec, payloads)
+    }
+
+    /// Starts broadcast [`TaskId`] (this rank, `key`) at this rank, the root of `spec`:
+    /// every destination receives `header` (a task runtime's task class and parameters;
+    /// at most [`ft_bcast::Config::max_header_bytes`], 1 KiB by default) in its
+    /// [`Event::Arrived`], and the `j`-th payload is output `j`'s bytes. Returns once it
+    /// is started. Keys are this rank's own: another root's key 7 is another broadcast.
+    ///
+    /// Each payload (and the header) is handed over once as a shared buffer ([`Bytes`];
+    /// a `Vec<u8>` converts without a copy): the chunks sent from it are slices of it,
+    /// so the sending side copies none of it when the transport sends from two places
+    /// ([`crate::Transport::copies_payload`]).
+    pub fn start_with_header<P: Into<Bytes>>(
+        &self,
+        key: u64,
+        header: impl Into<Bytes>,
         spec: PlanSpec,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), RuntimeError> {
         self.done(Command::StartBroadcast {
-            task,
+            key,
+            header: header.into(),
             spec,
             payloads: payloads.into_iter().map(Into::into).collect(),
         })
     }
 
-    /// Blocks until this rank holds `outputs` of broadcast `task` (a copy of each, by
-    /// output index), the broadcast fails here, or `timeout` (if any) passes.
+    /// Blocks until this rank holds `outputs` of broadcast `task` (by output index),
+    /// the broadcast fails here, or `timeout` (if any) passes.
+    ///
+    /// Each output comes as the buffer the broadcaster holds, shared, not copied: the
+    /// frame it arrived in (an output of one chunk), the landing buffer the transport
+    /// received it into, or the buffer its chunks were joined into. It stays valid
+    /// after [`Runtime::release`], for as long as the caller keeps it.
     pub fn wait_outputs(
         &self,
-        task: u32,
+        task: TaskId,
         outputs: OutputSet,
         timeout: Option<StdDuration>,
-    ) -> Result<Vec<(u32, Vec<u8>)>, RuntimeError> {
+    ) -> Result<Vec<(u32, Bytes)>, RuntimeError> {
         let deadline = timeout.map(|t| WallInstant::now() + t);
         match self.call(Command::WaitOutputs {
             task,
@@ -476,7 +512,7 @@ impl Runtime {
 
     /// Frees everything this rank keeps for broadcast `task` (its payloads included);
     /// waits still pending for it fail with [`RuntimeError::Released`].
-    pub fn release(&self, task: u32) -> Result<(), RuntimeError> {
+    pub fn release(&self, task: TaskId) -> Result<(), RuntimeError> {
         self.done(Command::Release(task))
     }
 
@@ -501,6 +537,23 @@ impl Runtime {
     #[cfg(unix)]
     pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.events.fd()
+    }
+
+    /// What this rank copied of broadcast payloads so far: see [`Copies`].
+    pub fn copies(&self) -> Result<Copies, RuntimeError> {
+        match self.call(Command::Copies)? {
+            Outcome::Copies(copies) => Ok(Copies {
+                api_copied: self.api_copied.load(Ordering::Relaxed),
+                ..copies
+            }),
+            _ => unreachable!("copies completes with the counts"),
+        }
+    }
+
+    /// Counts `bytes` of payload a language binding copied at its boundary (the C
+    /// API's copying calls), reported in [`Copies::api_copied`].
+    pub fn count_api_copies(&self, bytes: u64) {
+        self.api_copied.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Runs `f` on the stack, on the progress thread, between two turns of its loop
@@ -555,7 +608,7 @@ impl Drop for Runtime {
 /// One wait for outputs.
 struct OutputWait {
     ticket: Ticket,
-    task: u32,
+    task: TaskId,
     outputs: OutputSet,
     deadline: Option<WallInstant>,
 }
@@ -568,9 +621,9 @@ struct Waiting {
     /// Outputs, by task.
     outputs: Vec<OutputWait>,
     /// Outputs released so far, by task (until the application releases the task).
-    released: HashMap<u32, OutputSet>,
+    released: HashMap<TaskId, OutputSet>,
     /// Broadcasts that cannot complete here, and why (until released).
-    failed: HashMap<u32, RuntimeError>,
+    failed: HashMap<TaskId, RuntimeError>,
     /// The last global validation epoch finished here.
     epoch: u32,
 }
@@ -678,12 +731,12 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue)
                 }
                 StackEvent::Bcast(BcastEvent::Arrived {
                     task,
-                    root,
                     tree,
                     outputs,
+                    header,
                 }) => learned.push(Event::Arrived {
                     task,
-                    root,
+                    header,
                     tree,
                     outputs,
                 }),
@@ -780,14 +833,15 @@ fn run_command<E: Engine>(
             Err(e) => Outcome::Failed(e.into()),
         },
         Command::StartBroadcast {
-            task,
+            key,
+            header,
             spec,
             payloads,
         } => {
-            let mut args = Some((spec, payloads));
+            let mut args = Some((header, spec, payloads));
             let result = on_stack(engine, |stack, now| {
-                let (spec, payloads) = args.take().expect("the engine runs a command once");
-                stack.start_broadcast(now, task, spec, payloads)
+                let (header, spec, payloads) = args.take().expect("the engine runs a command once");
+                stack.start_broadcast(now, key, header, spec, payloads)
             })?;
             match result {
                 Ok(()) => Outcome::Done,
@@ -825,13 +879,19 @@ fn run_command<E: Engine>(
             Outcome::Done
         }
         Command::Inspect(f) => Outcome::Inspected(f(engine.stack())),
+        Command::Copies => Outcome::Copies(Copies::of(
+            engine.stack().bcast_stats(),
+            engine.driver_stats(),
+            0,
+        )),
         Command::Shutdown { linger } => return Ok(Some(linger)),
     };
     shared.complete(ticket, outcome);
     Ok(None)
 }
 
-/// Completes every output wait whose outputs are all released (with copies), whose
+/// Completes every output wait whose outputs are all released (each the buffer the
+/// broadcaster holds, shared: no copy), whose
 /// broadcast failed here, or whose deadline passed.
 fn serve_outputs<E: Engine>(engine: &E, shared: &SharedState, waiting: &mut Waiting) {
     if waiting.outputs.is_empty() {
@@ -850,8 +910,8 @@ fn serve_outputs<E: Engine>(engine: &E, shared: &SharedState, waiting: &mut Wait
                 .outputs
                 .iter()
                 .map(|j| {
-                    let bytes = bcast.and_then(|b| b.output(task, j)).unwrap_or_default();
-                    (j, bytes.to_vec())
+                    let bytes = bcast.and_then(|b| b.output_bytes(task, j));
+                    (j, bytes.cloned().unwrap_or_default())
                 })
                 .collect();
             Outcome::Outputs(data)

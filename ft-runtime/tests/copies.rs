@@ -88,7 +88,9 @@ where
         ))
         .with_output(OutputSpec::new("B", sizes[1] as u64, vec![3, 4, 5]));
     drivers[0]
-        .command(|stack, now| stack.start_broadcast(now, 1, spec, payloads.clone()))
+        .command(|stack, now| {
+            stack.start_broadcast(now, 1, ft_bcast::Bytes::new(), spec, payloads.clone())
+        })
         .unwrap()
         .expect("the root starts the broadcast");
     let wants: Vec<Vec<u32>> = (0..N)
@@ -100,7 +102,9 @@ where
         .collect();
     let held = |d: &Driver<RankStack, T>, r: usize| {
         wants[r].iter().all(|&j| {
-            d.machine().broadcaster().and_then(|b| b.output(1, j))
+            d.machine()
+                .broadcaster()
+                .and_then(|b| b.output(ft_bcast::TaskId::new(0, 1), j))
                 == Some(&payloads[j as usize][..])
         })
     };

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use ft_bcast::{OutputSet, OutputSpec, PlanSpec, Topology};
+use ft_bcast::{OutputSet, OutputSpec, PlanSpec, TaskId, Topology};
 use ft_core::detector::{DetectorConfig, DEFAULT_SPAN};
 use ft_core::wire::FrameKind;
 use ft_core::{Counts, Duration, Rank, RankState, Scope, StateMask, ViewError};
@@ -82,12 +82,19 @@ fn wait_outputs_fails_when_the_root_dies() {
     ranks[0]
         .start_broadcast(7, one_output(3, 4096, vec![1]), vec![vec![1; 4096]])
         .expect("started");
-    let wait = ranks[1].wait_outputs(7, OutputSet::single(0), Some(LIMIT));
-    assert_eq!(wait, Err(RuntimeError::Abandoned { task: 7 }));
+    let wait = ranks[1].wait_outputs(TaskId::new(0, 7), OutputSet::single(0), Some(LIMIT));
+    assert_eq!(
+        wait,
+        Err(RuntimeError::Abandoned {
+            task: TaskId { root: 0, key: 7 }
+        })
+    );
     // A later wait for the same task fails at once, until the task is released.
     assert_eq!(
-        ranks[1].wait_outputs(7, OutputSet::single(0), Some(LIMIT)),
-        Err(RuntimeError::Abandoned { task: 7 })
+        ranks[1].wait_outputs(TaskId::new(0, 7), OutputSet::single(0), Some(LIMIT)),
+        Err(RuntimeError::Abandoned {
+            task: TaskId { root: 0, key: 7 }
+        })
     );
     assert!(net.is_dead(0));
 }
@@ -108,9 +115,9 @@ fn released_broadcasts_free_their_payloads() {
         .expect("started");
     for rank in &ranks[1..] {
         let got = rank
-            .wait_outputs(3, OutputSet::single(0), Some(LIMIT))
+            .wait_outputs(TaskId::new(0, 3), OutputSet::single(0), Some(LIMIT))
             .expect("the outputs");
-        assert_eq!(got, vec![(0, payload.clone())]);
+        assert_eq!(got, vec![(0, payload.clone().into())]);
     }
     for (r, rank) in ranks.iter().enumerate() {
         let held = rank.inspect(|stack| stack.held_bytes()).unwrap();
@@ -120,7 +127,7 @@ fn released_broadcasts_free_their_payloads() {
         );
     }
     for (r, rank) in ranks.iter().enumerate() {
-        rank.release(3).unwrap();
+        rank.release(TaskId::new(0, 3)).unwrap();
         let held = rank.inspect(|stack| stack.held_bytes()).unwrap();
         assert_eq!(held, 0, "rank {r} after release");
     }
@@ -134,11 +141,13 @@ fn waits_end_on_release_and_on_timeout() {
     let rank = Arc::new(ranks.into_iter().nth(1).unwrap());
     let waiter = {
         let rank = Arc::clone(&rank);
-        std::thread::spawn(move || rank.wait_outputs(9, OutputSet::single(0), Some(LIMIT)))
+        std::thread::spawn(move || {
+            rank.wait_outputs(TaskId::new(0, 9), OutputSet::single(0), Some(LIMIT))
+        })
     };
     // Released while (or before) the waiter waits: either way it must not hang.
     loop {
-        rank.release(9).unwrap();
+        rank.release(TaskId::new(0, 9)).unwrap();
         if waiter.is_finished() {
             break;
         }
@@ -146,12 +155,23 @@ fn waits_end_on_release_and_on_timeout() {
     }
     let result = waiter.join().unwrap();
     assert!(
-        matches!(result, Err(RuntimeError::Released { task: 9 })),
+        matches!(
+            result,
+            Err(RuntimeError::Released {
+                task: TaskId { root: 0, key: 9 }
+            })
+        ),
         "{result:?}"
     );
     assert_eq!(
-        rank.wait_outputs(11, OutputSet::single(0), Some(StdDuration::from_millis(20))),
-        Err(RuntimeError::TimedOut { task: 11 })
+        rank.wait_outputs(
+            TaskId::new(0, 11),
+            OutputSet::single(0),
+            Some(StdDuration::from_millis(20))
+        ),
+        Err(RuntimeError::TimedOut {
+            task: TaskId { root: 0, key: 11 }
+        })
     );
 }
 

@@ -32,7 +32,9 @@ pub use ft_bcast;
 pub use ft_core;
 pub use ft_runtime;
 
-pub use ft_bcast::{BcastError, OutputSet, OutputSpec, PlanSpec, StackError, Strategy, Topology};
+pub use ft_bcast::{
+    BcastError, OutputSet, OutputSpec, PlanSpec, StackError, Strategy, TaskId, Topology,
+};
 pub use ft_core::shrink::Survivors;
 pub use ft_core::{
     Counts, Modifier, Rank, RankInfo, RankSet, RankState, Scope, StateMask, ViewError,

@@ -3,14 +3,17 @@
 //! `OutputReady` per output; the eventfd polls readable exactly while events wait; a
 //! killed rank is reported once per survivor (`RankFailed`), before the `Validated`
 //! that agrees on it; a revoke reaches every survivor; several threads taking events
-//! from one handle get each event exactly once.
+//! from one handle get each event exactly once; two roots broadcasting under the same
+//! key at once run two broadcasts.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use ft::sim::SimGroup;
-use ft::{Event, OutputSet, OutputSpec, PlanSpec, Rank, RankSet, Runtime, Settings, Topology};
+use ft::{
+    Event, OutputSet, OutputSpec, PlanSpec, Rank, RankSet, Runtime, Settings, TaskId, Topology,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -52,27 +55,31 @@ fn a_destination_learns_of_a_broadcast_from_its_arrival() {
         .with_output(OutputSpec::new("A", 3000, vec![1, 2]))
         .with_output(OutputSpec::new("B", 70_000, vec![2]));
     let payloads = [vec![7u8; 3000], vec![9u8; 70_000]];
+    // The runtime's own header: a task class and the task's parameters.
+    let header = b"class=start k=0".to_vec();
+    let task = TaskId::new(0, 11);
     let root = group.rank(0).unwrap();
-    root.start_broadcast(11, spec, payloads.clone())
+    root.start_with_header(task.key, header.clone(), spec, payloads.clone())
         .expect("started");
     let needs: BTreeMap<Rank, Vec<u32>> = BTreeMap::from([(1, vec![0]), (2, vec![0, 1])]);
     for (&rank, outputs) in &needs {
         let handle = group.rank(rank).unwrap();
         let Event::Arrived {
-            task,
-            root,
+            task: arrived_task,
+            header: arrived_header,
             outputs: arrived,
             ..
         } = next(handle)
         else {
             panic!("rank {rank}: the first event is not the arrival");
         };
-        assert_eq!((task, root), (11, 0), "rank {rank}");
+        assert_eq!(arrived_task, task, "rank {rank}");
+        assert_eq!(arrived_header, header, "rank {rank}");
         assert_eq!(arrived.iter().collect::<Vec<_>>(), *outputs, "rank {rank}");
         let mut ready: Vec<u32> = outputs
             .iter()
             .map(|_| match next(handle) {
-                Event::OutputReady { task: 11, output } => output,
+                Event::OutputReady { task: t, output } if t == task => output,
                 other => panic!("rank {rank}: {other:?} instead of an output"),
             })
             .collect();
@@ -84,7 +91,7 @@ fn a_destination_learns_of_a_broadcast_from_its_arrival() {
             s
         });
         let data = handle
-            .wait_outputs(11, set, Some(Duration::ZERO))
+            .wait_outputs(task, set, Some(Duration::ZERO))
             .expect("held");
         for (j, bytes) in data {
             assert_eq!(bytes, payloads[j as usize], "rank {rank}: output {j}");
@@ -115,10 +122,11 @@ fn the_descriptor_is_readable_while_events_wait() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert!(matches!(next(handle), Event::Arrived { task: 3, .. }));
+    let task = TaskId::new(0, 3);
+    assert!(matches!(next(handle), Event::Arrived { task: t, .. } if t == task));
     assert!(matches!(
         next(handle),
-        Event::OutputReady { task: 3, output: 0 }
+        Event::OutputReady { task: t, output: 0 } if t == task
     ));
     assert!(!readable(handle), "drained");
 }
@@ -161,7 +169,7 @@ fn a_killed_rank_is_told_once_then_agreed_and_a_revoke_reaches_everyone() {
 
 #[test]
 fn threads_taking_from_one_handle_get_each_event_once() {
-    const TASKS: u32 = 40;
+    const TASKS: u64 = 40;
     let group = SimGroup::open(2, &settings()).expect("a group");
     let handle = group.rank(1).unwrap();
     let taken: Vec<Event> = std::thread::scope(|s| {
@@ -187,18 +195,65 @@ fn threads_taking_from_one_handle_get_each_event_once() {
         }
         takers.into_iter().flat_map(|t| t.join().unwrap()).collect()
     });
-    let mut arrived: Vec<u32> = Vec::new();
-    let mut ready: Vec<u32> = Vec::new();
+    let mut arrived: Vec<u64> = Vec::new();
+    let mut ready: Vec<u64> = Vec::new();
     for event in taken {
         match event {
-            Event::Arrived { task, .. } => arrived.push(task),
-            Event::OutputReady { task, output: 0 } => ready.push(task),
+            Event::Arrived { task, .. } => arrived.push(task.key),
+            Event::OutputReady { task, output: 0 } => ready.push(task.key),
             other => panic!("unexpected {other:?}"),
         }
     }
     arrived.sort_unstable();
     ready.sort_unstable();
-    let all: Vec<u32> = (0..TASKS).collect();
+    let all: Vec<u64> = (0..TASKS).collect();
     assert_eq!(arrived, all, "each arrival taken exactly once");
     assert_eq!(ready, all, "each output taken exactly once");
+}
+
+#[test]
+fn two_roots_broadcasting_the_same_key_at_once_run_two_broadcasts() {
+    let group = SimGroup::open(4, &settings()).expect("a group");
+    // Roots 0 and 1 both start key 7, at once, to rank 3 (and to each other's side).
+    let key = 7;
+    let specs = [
+        PlanSpec::new(4, 0).with_output(OutputSpec::new("A", 5000, vec![2, 3])),
+        PlanSpec::new(4, 1).with_output(OutputSpec::new("A", 9000, vec![3, 0])),
+    ];
+    std::thread::scope(|s| {
+        for (root, spec) in specs.into_iter().enumerate() {
+            let handle = group.rank(root as Rank).unwrap();
+            s.spawn(move || {
+                let payload = vec![root as u8 + 1; spec.outputs[0].bytes as usize];
+                handle
+                    .start_with_header(key, vec![b'r', root as u8], spec, [payload])
+                    .expect("started");
+            });
+        }
+    });
+    let rank3 = group.rank(3).unwrap();
+    let mut headers = BTreeMap::new();
+    for _ in 0..4 {
+        match next(rank3) {
+            Event::Arrived { task, header, .. } => {
+                assert_eq!(task.key, key);
+                headers.insert(task.root, header);
+            }
+            Event::OutputReady { task, output: 0 } => assert_eq!(task.key, key),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(headers.len(), 2, "one arrival per root: {headers:?}");
+    for root in [0, 1] {
+        assert_eq!(
+            headers[&root],
+            vec![b'r', root as u8],
+            "root {root}'s own header"
+        );
+        let data = rank3
+            .wait_outputs(TaskId::new(root, key), OutputSet::single(0), Some(WAIT))
+            .expect("held");
+        let size = if root == 0 { 5000 } else { 9000 };
+        assert_eq!(data[0].1, vec![root as u8 + 1; size], "root {root}'s bytes");
+    }
 }

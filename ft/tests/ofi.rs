@@ -40,16 +40,20 @@ fn three_ranks_validate_and_broadcast_through_ft_handles() {
                         .expect("started");
                 } else {
                     let got = handle
-                        .wait_outputs(1, OutputSet::single(0), Some(Duration::from_secs(120)))
+                        .wait_outputs(
+                            ft::TaskId::new(0, 1),
+                            OutputSet::single(0),
+                            Some(Duration::from_secs(120)),
+                        )
                         .unwrap_or_else(|e| panic!("rank {me}: {e}"));
                     assert!(
-                        got == [(0, payload.clone())],
+                        got == [(0, payload.clone().into())],
                         "rank {me}: the output intact"
                     );
                 }
                 // A closing barrier: nobody leaves while a peer may still need its data.
                 handle.validate_global().expect("the closing validation");
-                handle.release(1).expect("released");
+                handle.release(ft::TaskId::new(0, 1)).expect("released");
                 handle
                     .shutdown(Duration::from_millis(200))
                     .expect("shut down");

@@ -93,7 +93,6 @@ impl OfiTransport {
             free_read_slots: Vec::new(),
             reads_waiting: VecDeque::new(),
             read_spares: Vec::new(),
-            lent_read: None,
             recv_depth: config.recv_depth,
             last_control_error: None,
             waitable: false,

@@ -34,8 +34,11 @@
 //!   learns of deaths from its own detector, and every frame it sends to a rank it will
 //!   find dead is one it no longer needs delivered; none of this is an error;
 //! - **receive**: `recv_depth` buffers of `max_frame` bytes are posted for any source. A
-//!   completion names its buffer; [`OfiTransport::try_recv`] lends the frame out of it
-//!   and posts the buffer again at the next call that takes `&mut self`. A message longer
+//!   completion names its buffer; [`OfiTransport::try_recv`] lends a short frame out of
+//!   it and posts the buffer again at the next call that takes `&mut self`, and hands a
+//!   frame of at least [`HAND_OVER_FROM`](recv::HAND_OVER_FROM) bytes over with its
+//!   buffer ([`Received::Owned`]), posting a fresh one in its place, so a broadcast
+//!   chunk is kept without a copy. A message longer
 //!   than `max_frame` completes with `FI_ETRUNC` and is reported as
 //!   [`Received::Oversized`]; one whose CQ data is not a rank of the job is dropped and
 //!   counted. Receive completions found while polling for send completions wait in a
@@ -45,7 +48,8 @@
 //!   (`FI_REMOTE_READ`; one registration per payload slice, shared by every transfer of
 //!   the same bytes, as a relay forwards one chunk to each child) and the receiver gets
 //!   an offer (the head, address, length, key, transfer id) as a control message; it
-//!   reads the payload with `fi_read` into a buffer behind the head, or, through
+//!   reads the payload with `fi_read` into a buffer behind the head (the frame then
+//!   handed over with that buffer), or, through
 //!   [`OfiTransport::try_recv_placing`] (what the driver calls), into the memory the
 //!   caller gives for it (the machine's [`ft_core::Protocol::place_payload`]: a chunk of
 //!   a multi-chunk broadcast output lands at its offset in the output's one buffer,
@@ -229,10 +233,8 @@ pub struct OfiTransport {
     free_read_slots: Vec<usize>,
     /// Reads refused with `-FI_EAGAIN`, to post again.
     reads_waiting: VecDeque<usize>,
-    /// Read buffers (`max_frame` bytes) to reuse.
+    /// Read buffers (`max_frame` bytes) of failed reads, to reuse.
     read_spares: Vec<Box<[u8]>>,
-    /// The read buffer the last frame `try_recv` returned was lent from.
-    lent_read: Option<Box<[u8]>>,
     recv_depth: usize,
     last_control_error: Option<ControlError>,
     /// Whether the CQ has a wait object, so [`OfiTransport::wait`] can block on it.

@@ -6,11 +6,16 @@ use std::ffi::c_void;
 use std::ptr;
 
 use ft_core::{Filled, Rank, Slot};
-use ft_runtime::{Delivery, Place, Received};
+use ft_runtime::{Bytes, Delivery, Place, Received};
 
 use super::error::{call_error, error_code};
 use super::{context, OfiError, OfiTransport, FI_ADDR_UNSPEC, RECV};
 use crate::sys;
+
+/// Frames at least this long are handed over ([`Received::Owned`]) with the buffer they
+/// arrived in, a fresh buffer taking its place, so the broadcaster keeps their chunk
+/// without a copy; shorter ones (control frames) are lent and their buffer reposted.
+pub const HAND_OVER_FROM: usize = 4096;
 
 /// What a receive completion left for `try_recv`.
 #[derive(Debug)]
@@ -77,6 +82,17 @@ impl OfiTransport {
             Some(Arrival::Oversized { from, len }) => {
                 Ok(Some(Delivery::Received(Received::Oversized { from, len })))
             }
+            Some(Arrival::Frame { slot, from, len }) if len >= HAND_OVER_FROM => {
+                self.stats.received += 1;
+                self.stats.frames_handed_over += 1;
+                let fresh = vec![0u8; self.recv_bufs[slot].len()].into_boxed_slice();
+                let full = std::mem::replace(&mut self.recv_bufs[slot], fresh);
+                self.unposted.push(slot);
+                Ok(Some(Delivery::Received(Received::Owned {
+                    from,
+                    frame: owned(full, len),
+                })))
+            }
             Some(Arrival::Frame { slot, from, len }) => {
                 self.lent = Some(slot);
                 self.stats.received += 1;
@@ -87,10 +103,10 @@ impl OfiTransport {
             }
             Some(Arrival::Read { from, buf, len }) => {
                 self.stats.received += 1;
-                let buf = self.lent_read.insert(buf);
-                Ok(Some(Delivery::Received(Received::Frame {
+                self.stats.frames_handed_over += 1;
+                Ok(Some(Delivery::Received(Received::Owned {
                     from,
-                    bytes: &buf[..len],
+                    frame: owned(buf, len),
                 })))
             }
             Some(Arrival::Placed {
@@ -110,13 +126,10 @@ impl OfiTransport {
         }
     }
 
-    /// Marks the buffer of the last frame handed out for posting again.
+    /// Marks the buffer of the last frame lent out for posting again.
     pub(super) fn return_lent(&mut self) {
         if let Some(slot) = self.lent.take() {
             self.unposted.push(slot);
-        }
-        if let Some(buf) = self.lent_read.take() {
-            self.recycle(buf);
         }
     }
 
@@ -164,4 +177,11 @@ impl OfiTransport {
     pub(super) fn sender(&self, data: u64) -> Option<Rank> {
         Rank::try_from(data).ok().filter(|&rank| rank < self.n)
     }
+}
+
+/// The first `len` bytes of `buf` as a frame the caller keeps (no copy).
+fn owned(buf: Box<[u8]>, len: usize) -> Bytes {
+    let mut frame = Bytes::from(buf);
+    frame.truncate(len);
+    frame
 }

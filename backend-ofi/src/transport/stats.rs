@@ -54,4 +54,8 @@ pub struct OfiStats {
     pub rma_abandoned: u64,
     /// Control messages refused as malformed or stale ([`crate::rma::ControlError`]).
     pub bad_control: u64,
+    /// Frames handed over with their buffer (at least
+    /// [`HAND_OVER_FROM`](super::recv::HAND_OVER_FROM) bytes, or read by RMA): kept
+    /// by the receiver without a copy.
+    pub frames_handed_over: u64,
 }

@@ -3,10 +3,12 @@
 //! (`BcastRequest`) and a chunk of data (`BcastData`). Output sets travel as a count
 //! and gaps (varints), subtree entries as child, parent, needs and fetch set.
 //!
+//! Every frame's body starts with the broadcast's [`TaskId`] (root, key).
 //! `BcastActivate`: tree, flags ([`DATA_FOLLOWS`]: the sender streams the child's fetch
 //! set without a request; any other bit is refused), ancestors (count, ranks), needs,
-//! fetch set, one size per fetched output, the subtree's entry count, then as many
-//! entries as fit. `BcastSubtree`: tree, position of its first entry, entries.
+//! fetch set, one size per fetched output, the subtree's entry count, as many entries
+//! as fit, then the root's activation header last (its length, its bytes: it can
+//! travel as the frame's tail, a slice of the buffer that holds it). `BcastSubtree`: tree, position of its first entry, entries.
 //! `BcastRequest`: tree, outputs, then one offset per requested output in the set's
 //! order: the bytes the requester holds contiguously from 0 (its in-order prefix), from
 //! which it asks the output streamed ([`Want`]). `BcastData`: output, total size,
@@ -15,7 +17,8 @@
 //!
 //! Decoding checks everything a peer controls before any state changes: counts within
 //! the frame, output indices under [`Config::max_outputs`](super::Config), each
-//! entry's needs within its fetch set, request offsets within
+//! entry's needs within its fetch set, an activation header within
+//! [`Config::max_header_bytes`](super::Config), request offsets within
 //! [`Config::max_output_bytes`](super::Config); [`Broadcaster::handle_frame`] then hands the
 //! decoded frame to the serving code (`on_activate`, ...), which checks it against the
 //! broadcast's state.
@@ -28,8 +31,8 @@ use ft_core::{FrameError, Instant, Rank};
 
 use smallvec::SmallVec;
 
-use super::state::{Chunk, ChunkPlace, Entry, IdMap, TreeState};
-use super::Broadcaster;
+use super::state::{bytes_of_frame, Chunk, ChunkPlace, Entry, IdMap, TreeState};
+use super::{Broadcaster, TaskId};
 use crate::outputs::OutputSet;
 
 /// The activation frames of one round of `progress`, every child's in turn: inline for
@@ -181,6 +184,8 @@ pub(super) fn read_request(
 /// A decoded activation.
 pub(super) struct Activation {
     pub(super) tree: u32,
+    /// The root's activation header (a slice of the frame when it was handed over).
+    pub(super) header: Bytes,
     /// The sender pushes the fetch set ([`DATA_FOLLOWS`]).
     pub(super) data_follows: bool,
     pub(super) ancestors: Vec<Rank>,
@@ -248,6 +253,7 @@ impl Broadcaster {
         let from = h.sender;
         self.check_sender(from)?;
         let max = self.cfg.max_outputs;
+        let task = TaskId::read(&mut r)?;
         match h.kind {
             FrameKind::BcastActivate => {
                 let tree = r.varint_u32()?;
@@ -272,12 +278,19 @@ impl Broadcaster {
                 let expected = usize::try_from(r.varint()?)
                     .map_err(|_| FrameError::Malformed("subtree size overflows"))?;
                 let entries = read_entries(&mut r, max)?;
+                let header = r.bytes()?;
                 r.finish()?;
+                if header.len() > self.cfg.max_header_bytes {
+                    return Err(FrameError::Malformed(
+                        "activation header over the configured limit",
+                    ));
+                }
                 self.on_activate(
-                    h.epoch,
+                    task,
                     from,
                     Activation {
                         tree,
+                        header: bytes_of_frame(frame, header),
                         data_follows: flags & DATA_FOLLOWS != 0,
                         ancestors,
                         needs,
@@ -294,11 +307,11 @@ impl Broadcaster {
                     .map_err(|_| FrameError::Malformed("subtree position overflows"))?;
                 let entries = read_entries(&mut r, max)?;
                 r.finish()?;
-                self.on_subtree(h.epoch, from, tree, first, entries)
+                self.on_subtree(task, from, tree, first, entries)
             }
             FrameKind::BcastRequest => {
                 let (_tree, wants) = read_request(r, max, self.cfg.max_output_bytes)?;
-                self.on_request(h.epoch, from, wants)
+                self.on_request(task, from, wants)
             }
             FrameKind::BcastData => {
                 let output = r.varint_u32()?;
@@ -311,20 +324,24 @@ impl Broadcaster {
                     total,
                     offset,
                 };
-                self.on_data(h.epoch, at, Chunk::of_frame(frame, chunk))
+                self.on_data(task, at, Chunk::of_frame(frame, chunk))
             }
             other => Err(FrameError::UnexpectedKind(other as u8)),
         }
     }
 }
 
-/// The activation of the child at `tree.entries[at]`, split into frames of at most
-/// `cap` bytes and appended to `frames`: a `BcastActivate` (saying [`DATA_FOLLOWS`] if
-/// `data_follows`) and as many `BcastSubtree` as the subtree needs.
+/// The activation of the child at `tree.entries[at]` in `task`, split into frames of
+/// at most `cap` bytes and appended to `frames`: a `BcastActivate` (saying
+/// [`DATA_FOLLOWS`] if `data_follows`) and as many `BcastSubtree` as the subtree needs.
+/// The activation ends with the length of the root's header (`header_len` bytes),
+/// whose bytes the caller sends after it as the frame's tail.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn activation_frames(
     frames: &mut Frames,
     head: Header,
+    task: TaskId,
+    header_len: usize,
     tree_id: u32,
     tree: &TreeState,
     at: usize,
@@ -356,10 +373,11 @@ pub(super) fn activation_frames(
         .chain(core::iter::once(head.sender));
 
     let mut w = head.start();
+    task.put(&mut w);
     w.put_varint(tree_id.into());
     w.put_varint(if data_follows { DATA_FOLLOWS } else { 0 });
     w.put_varint((usize::from(root.is_some()) + nearest.len() + 1) as u64);
-    let mut used = wire::HEADER_LEN + 5 + 1 + 5;
+    let mut used = wire::HEADER_LEN + task.wire_len() + 5 + 1 + 5;
     for a in ancestors {
         w.put_rank(a);
         used += varint_len(a.into());
@@ -373,7 +391,7 @@ pub(super) fn activation_frames(
         used += varint_len(s);
     }
     w.put_varint(count as u64);
-    used += 10;
+    used += 10 + varint_len(header_len as u64) + header_len;
     let mut rest = subtree;
     let mut left = count;
     let mut sent = 0usize;
@@ -394,6 +412,9 @@ pub(super) fn activation_frames(
         for d in rest.by_ref().take(take) {
             put_entry(&mut w, d);
         }
+        if sent == 0 {
+            w.put_varint(header_len as u64);
+        }
         frames.push(w.finish());
         left -= take;
         sent += take;
@@ -405,8 +426,9 @@ pub(super) fn activation_frames(
             ..head
         }
         .start();
+        task.put(&mut w);
         w.put_varint(tree_id.into());
         w.put_varint(sent as u64);
-        batch_start = wire::HEADER_LEN + 5 + 10;
+        batch_start = wire::HEADER_LEN + task.wire_len() + 5 + 10;
     }
 }

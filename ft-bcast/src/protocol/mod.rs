@@ -138,6 +138,7 @@ mod place;
 mod repair;
 mod serve;
 mod state;
+mod task_id;
 mod template;
 #[cfg(test)]
 mod tests;
@@ -149,14 +150,18 @@ use core::fmt;
 use hashbrown::{HashMap, HashSet};
 
 use bytes::Bytes;
-use ft_core::wire::MAX_CHUNK;
+use ft_core::wire::{FrameKind, MAX_CHUNK};
 use ft_core::{Instant, Rank, RankSet};
 
 use crate::outputs::OutputSet;
 use crate::plan::Plan;
 use crate::spec::Strategy;
 use state::{index_of, Buffer, Entry, Outgoing, Task, TreeState};
+pub use task_id::TaskId;
 use template::RootTemplate;
+
+/// The longest activation header a broadcaster sends or accepts by default (1 KiB).
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 1024;
 
 /// Settings of one rank's broadcaster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,11 +208,16 @@ pub struct Config {
     /// a transport that sends heads early (`Transport::sends_heads_early` in
     /// `ft-runtime`). The receiver needs no setting: it sees the same frames.
     pub early_heads: bool,
+    /// The longest activation header ([`Broadcaster::start_with_header`]) this rank
+    /// sends or accepts: a longer one is refused at the root
+    /// ([`BcastError::HeaderTooLarge`]) and in a peer's frame.
+    pub max_header_bytes: usize,
 }
 
 impl Config {
     /// Rank `me` of communicator `comm` of `n` ranks; outputs up to 1 GiB, 4 GiB per
-    /// broadcast, 4096 outputs, chunks of [`MAX_CHUNK`], eager push.
+    /// broadcast, 4096 outputs, chunks of [`MAX_CHUNK`], eager push, activation
+    /// headers up to [`DEFAULT_MAX_HEADER_BYTES`].
     pub fn new(comm: u32, n: u32, me: Rank) -> Self {
         Config {
             comm,
@@ -220,6 +230,7 @@ impl Config {
             leaf_chunk_bytes: None,
             eager_push: true,
             early_heads: false,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
         }
     }
 }
@@ -266,23 +277,24 @@ pub struct BcastStats {
 #[non_exhaustive]
 pub enum BcastEvent {
     /// An activation made this rank a destination of `outputs` in tree `tree` of
-    /// `task`, started by `root`. Reported once per tree the rank is a destination in,
-    /// before that tree's [`BcastEvent::Released`].
+    /// `task`. Reported once per tree the rank is a destination in, before that tree's
+    /// [`BcastEvent::Released`].
     Arrived {
         /// The broadcast.
-        task: u32,
-        /// The rank that started it.
-        root: Rank,
+        task: TaskId,
         /// The tree.
         tree: u32,
         /// The outputs this rank needs from the tree.
         outputs: OutputSet,
+        /// The root's activation header, as the frame it came in holds it (no copy
+        /// when the transport handed the frame over).
+        header: Bytes,
     },
     /// This rank holds every output it needs in tree `tree` of `task`: read them with
     /// [`Broadcaster::output`]. Reported once per tree the rank is a destination in.
     Released {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
         /// The tree.
         tree: u32,
         /// The outputs released.
@@ -291,13 +303,13 @@ pub enum BcastEvent {
     /// No live ancestor is left (the root died): `task` cannot complete at this rank.
     Abandoned {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
     },
     /// The communicator was revoked while `task` was in flight at this rank: it fails
     /// here with [`BcastError::Revoked`] and its state is dropped.
     Failed {
         /// The broadcast.
-        task: u32,
+        task: TaskId,
         /// Why it failed.
         error: BcastError,
     },
@@ -317,8 +329,8 @@ pub enum BcastError {
         /// The plan's communicator size.
         plan: u32,
     },
-    /// `task` is already running here.
-    TaskInUse(u32),
+    /// This rank's broadcast of this key is still kept here (not forgotten).
+    TaskInUse(u64),
     /// The number of payloads differs from the number of outputs.
     PayloadCount {
         /// Outputs in the plan.
@@ -345,6 +357,13 @@ pub enum BcastError {
         /// The limit it exceeds.
         limit: u64,
     },
+    /// The activation header is longer than [`Config::max_header_bytes`].
+    HeaderTooLarge {
+        /// The header's length.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The communicator was revoked: no broadcast runs on it any more.
     Revoked,
 }
@@ -356,7 +375,7 @@ impl fmt::Display for BcastError {
             BcastError::WrongSize { plan } => {
                 write!(f, "plan is for a communicator of {plan} ranks")
             }
-            BcastError::TaskInUse(t) => write!(f, "task {t} is already running"),
+            BcastError::TaskInUse(key) => write!(f, "broadcast {key} of this rank is still kept"),
             BcastError::PayloadCount { expected, got } => {
                 write!(f, "{got} payloads for {expected} outputs")
             }
@@ -375,6 +394,10 @@ impl fmt::Display for BcastError {
                     "{bytes} bytes of outputs, over the configured limit of {limit}"
                 )
             }
+            BcastError::HeaderTooLarge { bytes, limit } => write!(
+                f,
+                "activation header of {bytes} bytes, over the configured limit of {limit}"
+            ),
             BcastError::Revoked => f.write_str("the communicator was revoked"),
         }
     }
@@ -390,7 +413,7 @@ pub struct Broadcaster {
     dead: RankSet,
     /// Boxed: a task's state is a few hundred bytes, which the map's nodes would
     /// otherwise hold inline and move as tasks come and go.
-    tasks: BTreeMap<u32, Box<Task>>,
+    tasks: BTreeMap<TaskId, Box<Task>>,
     out: VecDeque<Outgoing>,
     events: VecDeque<BcastEvent>,
     revoked: bool,
@@ -398,7 +421,7 @@ pub struct Broadcaster {
     /// The last [`FORGOTTEN`] tasks forgotten, oldest overwritten first: a chunk of
     /// one of them that arrives late (the rest of a repair stream after the output
     /// completed) is dropped, not kept as if its activation were still to come.
-    forgotten: [Option<u32>; FORGOTTEN],
+    forgotten: [Option<TaskId>; FORGOTTEN],
     next_forgotten: usize,
     /// The root's start from the plan it last started from twice in a row, for the
     /// next start from that plan (module `template`).
@@ -452,13 +475,13 @@ impl Broadcaster {
     }
 
     /// The bytes of output `index` of `task`, once this rank holds all of them.
-    pub fn output(&self, task: u32, index: u32) -> Option<&[u8]> {
+    pub fn output(&self, task: TaskId, index: u32) -> Option<&[u8]> {
         self.output_bytes(task, index).map(|b| &b[..])
     }
 
     /// [`Broadcaster::output`] as the shared buffer itself: a clone costs a reference
     /// count, not a copy, and keeps the bytes alive after [`Broadcaster::forget`].
-    pub fn output_bytes(&self, task: u32, index: u32) -> Option<&Bytes> {
+    pub fn output_bytes(&self, task: TaskId, index: u32) -> Option<&Bytes> {
         let t = self.tasks.get(&task)?;
         if !t.complete.contains(index) {
             return None;
@@ -502,7 +525,7 @@ impl Broadcaster {
     /// others were forgotten (its new chunks could overtake its new activation and be
     /// taken for late ones). A payload whose head went ahead of it
     /// ([`Config::early_heads`]) is withdrawn ([`ft_core::Promise::Withdrawn`]).
-    pub fn forget(&mut self, task: u32) {
+    pub fn forget(&mut self, task: TaskId) {
         let mut withdrawn: Vec<(Rank, u64)> = Vec::new();
         if let Some(t) = self.tasks.remove(&task) {
             withdrawn.extend(t.parked.iter().filter_map(|p| Some((p.to, p.promise?))));
@@ -536,25 +559,51 @@ impl Broadcaster {
         buffers.map(Buffer::bytes_kept).sum::<usize>() + early as usize
     }
 
-    /// Starts broadcasting `task` at the root: the `j`-th payload is output `j`'s bytes
-    /// (its length must be the plan's size for it).
+    /// Starts broadcasting `key` at the root, with no activation header: see
+    /// [`Broadcaster::start_with_header`].
+    pub fn start_broadcast<P: Into<Bytes>>(
+        &mut self,
+        now: Instant,
+        key: u64,
+        plan: &Plan,
+        payloads: impl IntoIterator<Item = P>,
+    ) -> Result<(), BcastError> {
+        self.start_with_header(now, key, plan, Bytes::new(), payloads)
+    }
+
+    /// Starts broadcasting [`TaskId`] (this rank, `key`) at the root: every destination
+    /// receives `header` (at most [`Config::max_header_bytes`]) with its
+    /// [`BcastEvent::Arrived`], and the `j`-th payload is output `j`'s bytes (its
+    /// length must be the plan's size for it). A key is this rank's to choose: other
+    /// roots' keys never collide with it.
     ///
     /// The application hands each payload over once, as a shared buffer ([`Bytes`]; a
     /// `Vec<u8>` converts without a copy): every chunk the root sends is a slice of it,
-    /// and the caller may keep clones (they share the bytes).
+    /// and the caller may keep clones (they share the bytes). The header is handed over
+    /// the same way and goes out, from every rank that forwards it, as the trailing
+    /// part of each activation frame (a slice, not a copy).
     ///
     /// Keep the plan of a task class and start each of its tasks from it: after two
     /// starts from one plan ([`Plan::id`]), the broadcaster keeps the root's trees and
     /// its children's encoded activations, and later starts from that plan clone them
     /// instead of deriving them again (the `small_tasks` bench times both), until a rank
     /// dies or the chunk settings change.
-    pub fn start_broadcast<P: Into<Bytes>>(
+    pub fn start_with_header<P: Into<Bytes>>(
         &mut self,
         _now: Instant,
-        task: u32,
+        key: u64,
         plan: &Plan,
+        header: impl Into<Bytes>,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<(), BcastError> {
+        let task = TaskId::new(self.cfg.me, key);
+        let header: Bytes = header.into();
+        if header.len() > self.cfg.max_header_bytes {
+            return Err(BcastError::HeaderTooLarge {
+                bytes: header.len(),
+                limit: self.cfg.max_header_bytes,
+            });
+        }
         let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
         if self.revoked {
             return Err(BcastError::Revoked);
@@ -567,7 +616,7 @@ impl Broadcaster {
             return Err(BcastError::NotRoot { root: spec.root });
         }
         if self.tasks.contains_key(&task) {
-            return Err(BcastError::TaskInUse(task));
+            return Err(BcastError::TaskInUse(key));
         }
         if spec.outputs.len() > self.cfg.max_outputs as usize {
             return Err(BcastError::TooManyOutputs);
@@ -603,7 +652,10 @@ impl Broadcaster {
                 });
             }
         }
-        let mut t = Task::default();
+        let mut t = Task {
+            header,
+            ..Task::default()
+        };
         t.sizes.reserve_exact(payloads.len());
         t.buffers.reserve_exact(payloads.len());
         t.trees.reserve_exact(plan.trees().len());
@@ -664,10 +716,10 @@ impl Broadcaster {
         self.progress(task);
         // A second start from one plan: the next ones start from its template.
         if plan.id() == self.last_root_plan {
-            self.root_template = self
-                .tasks
-                .get(&task)
-                .and_then(|t| RootTemplate::capture(plan, t, self.out.range(queued..)));
+            self.root_template = self.tasks.get(&task).and_then(|t| {
+                let head = self.header(FrameKind::BcastActivate);
+                RootTemplate::capture(plan, task, t, head, self.out.range(queued..))
+            });
         }
         self.last_root_plan = plan.id();
         Ok(())

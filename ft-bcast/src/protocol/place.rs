@@ -17,15 +17,18 @@ use ft_core::wire::{FrameKind, Header, Reader};
 use ft_core::{Filled, FrameError, Slot};
 
 use super::state::{Chunk, ChunkPlace};
-use super::Broadcaster;
+use super::{Broadcaster, TaskId};
 
-/// A data frame's fields, its payload aside: where the chunk goes and its length.
-fn data_head(r: &mut Reader<'_>) -> Result<(ChunkPlace, u64), FrameError> {
+/// A data frame's fields, its payload aside: its broadcast, where the chunk goes and
+/// its length.
+fn data_head(r: &mut Reader<'_>) -> Result<(TaskId, ChunkPlace, u64), FrameError> {
+    let task = TaskId::read(r)?;
     let output = r.varint_u32()?;
     let total = r.varint()?;
     let offset = r.varint()?;
     let len = r.varint()?;
     Ok((
+        task,
         ChunkPlace {
             output,
             total,
@@ -45,12 +48,12 @@ impl Broadcaster {
         if h.kind != FrameKind::BcastData || self.check_sender(h.sender).is_err() {
             return None;
         }
-        let (at, announced) = data_head(&mut r).ok()?;
+        let (task, at, announced) = data_head(&mut r).ok()?;
         r.finish().ok()?;
         if announced != len as u64 || len == 0 {
             return None;
         }
-        let t = self.tasks.get_mut(&h.epoch)?;
+        let t = self.tasks.get_mut(&task)?;
         let &size = t.sizes.get(&at.output)?;
         if size != at.total || len as u64 >= size || t.complete.contains(at.output) {
             return None;
@@ -77,14 +80,14 @@ impl Broadcaster {
             ));
         }
         self.check_sender(h.sender)?;
-        let (at, len) = data_head(&mut r)?;
+        let (task, at, len) = data_head(&mut r)?;
         r.finish()?;
         if len != payload.len() as u64 {
             return Err(FrameError::Malformed(
                 "placed payload differs from its announced length",
             ));
         }
-        self.on_data(h.epoch, at, Chunk::Landed(payload.into_bytes()))
+        self.on_data(task, at, Chunk::Landed(payload.into_bytes()))
     }
 
     /// A slot [`Broadcaster::place_frame`] gave came back unfilled: its bytes may be

@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 use ft_core::{Instant, Rank};
 
 use super::state::Outgoing;
-use super::{BcastError, BcastEvent, Broadcaster};
+use super::{BcastError, BcastEvent, Broadcaster, TaskId};
 use crate::outputs::OutputSet;
 
 impl Broadcaster {
@@ -24,7 +24,7 @@ impl Broadcaster {
         }
         self.revoked = true;
         self.root_template = None;
-        let streaming: Vec<u32> = self
+        let streaming: Vec<TaskId> = self
             .out
             .iter()
             .filter_map(|o| match o {
@@ -32,7 +32,7 @@ impl Broadcaster {
                 Outgoing::Frame { .. } | Outgoing::Withdrawn { .. } => None,
             })
             .collect();
-        let in_flight: Vec<u32> = self
+        let in_flight: Vec<TaskId> = self
             .tasks
             .iter()
             .filter(|(id, t)| {
@@ -71,7 +71,7 @@ impl Broadcaster {
             | Outgoing::Withdrawn { to, .. } => *to != rank,
         });
         let me = self.cfg.me;
-        let task_ids: Vec<u32> = self.tasks.keys().copied().collect();
+        let task_ids: Vec<TaskId> = self.tasks.keys().copied().collect();
         for id in task_ids {
             let mut requests: Vec<(Rank, u32, OutputSet)> = Vec::new();
             let mut abandoned = false;

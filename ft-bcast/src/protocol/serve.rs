@@ -31,7 +31,7 @@ use super::state::{
     absorb_parts, chunk_for, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
     ChunkPlace, Early, Entry, Outgoing, Parked, PerEntry, TreeState, Waiting,
 };
-use super::{BcastEvent, Broadcaster};
+use super::{BcastEvent, Broadcaster, TaskId};
 use crate::outputs::OutputSet;
 
 /// A child a round of `progress` activates: the size of its subtree (itself
@@ -48,7 +48,7 @@ impl Broadcaster {
     /// Asks `to` for `outputs` of `task` (in `tree`), each from the end of the prefix
     /// this rank holds contiguously (from 0 if it holds none): never past a byte it
     /// lacks, so bytes that arrived ahead of a gap may come again.
-    pub(super) fn send_request(&mut self, task: u32, to: Rank, tree: u32, outputs: &OutputSet) {
+    pub(super) fn send_request(&mut self, task: TaskId, to: Rank, tree: u32, outputs: &OutputSet) {
         let buffers = self.tasks.get(&task).map(|t| &t.buffers);
         let wants: Vec<Want> = outputs
             .iter()
@@ -57,26 +57,30 @@ impl Broadcaster {
                 offset: buffers.and_then(|b| b.get(&output)).map_or(0, Buffer::held),
             })
             .collect();
-        let mut w = self.header(FrameKind::BcastRequest, task).start();
+        let mut w = self.header(FrameKind::BcastRequest).start();
+        task.put(&mut w);
         put_request(&mut w, tree, &wants);
         self.out.push_back(Outgoing::Frame {
             to,
             bytes: w.finish(),
+            tail: Bytes::new(),
         });
     }
 
-    pub(super) fn header(&self, kind: FrameKind, task: u32) -> Header {
+    /// The header of a broadcast frame this rank sends (the broadcast itself is named
+    /// at the start of the body: [`TaskId`]).
+    pub(super) fn header(&self, kind: FrameKind) -> Header {
         Header {
             kind,
             comm: self.cfg.comm,
-            epoch: task,
+            epoch: 0,
             sender: self.cfg.me,
         }
     }
 
     /// Releases, activations (with their pushed streams) and queued requests that the
     /// data now held allows.
-    pub(super) fn progress(&mut self, task: u32) {
+    pub(super) fn progress(&mut self, task: TaskId) {
         let me = self.cfg.me;
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
@@ -149,9 +153,11 @@ impl Broadcaster {
                     Header {
                         kind: FrameKind::BcastActivate,
                         comm: self.cfg.comm,
-                        epoch: task,
+                        epoch: 0,
                         sender: me,
                     },
+                    task,
+                    t.header.len(),
                     tree_id,
                     tree,
                     i,
@@ -185,9 +191,19 @@ impl Broadcaster {
             push,
         } in activations
         {
-            for bytes in &mut encoded[frames] {
+            for (k, bytes) in encoded[frames].iter_mut().enumerate() {
                 let bytes = core::mem::take(bytes);
-                self.out.push_back(Outgoing::Frame { to: child, bytes });
+                // The header ends the child's first frame, its activation.
+                let tail = if k == 0 {
+                    t.header.clone()
+                } else {
+                    Bytes::new()
+                };
+                self.out.push_back(Outgoing::Frame {
+                    to: child,
+                    bytes,
+                    tail,
+                });
             }
             let Some(fetch) = push else {
                 continue;
@@ -228,7 +244,7 @@ impl Broadcaster {
 
     pub(super) fn on_activate(
         &mut self,
-        task: u32,
+        task: TaskId,
         from: Rank,
         a: Activation,
     ) -> Result<(), FrameError> {
@@ -237,6 +253,11 @@ impl Broadcaster {
         if a.ancestors.last() != Some(&from) || a.ancestors.contains(&me) {
             return Err(FrameError::Malformed(
                 "activation's ancestors do not end at its sender",
+            ));
+        }
+        if a.ancestors.first() != Some(&task.root) {
+            return Err(FrameError::Malformed(
+                "activation's ancestors do not start at its root",
             ));
         }
         if a.fetch.is_empty() || !a.needs.is_subset(&a.fetch) {
@@ -291,6 +312,9 @@ impl Broadcaster {
         for &(j, s) in &a.sizes {
             t.sizes.insert(j, s);
         }
+        if t.header.is_empty() {
+            t.header = a.header.clone();
+        }
         let mut request: Option<OutputSet> = None;
         match t.trees.get_mut(&a.tree) {
             Some(tree) => {
@@ -319,9 +343,9 @@ impl Broadcaster {
                 if !a.needs.is_empty() {
                     self.events.push_back(BcastEvent::Arrived {
                         task,
-                        root: a.ancestors[0],
                         tree: a.tree,
                         outputs: a.needs.clone(),
+                        header: a.header.clone(),
                     });
                 }
                 let mut tree = TreeState {
@@ -367,7 +391,7 @@ impl Broadcaster {
     /// Adds the chunks kept in `Task::early` whose output's size is now announced (each
     /// checked as if it arrived now; a bad one is dropped: the activation that
     /// announced the size was fine).
-    fn absorb_early(&mut self, task: u32) {
+    fn absorb_early(&mut self, task: TaskId) {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -389,7 +413,7 @@ impl Broadcaster {
     /// [`Config::max_task_bytes`](super::Config) of such chunks per broadcast.
     fn keep_early(
         &mut self,
-        task: u32,
+        task: TaskId,
         at: ChunkPlace,
         chunk: Chunk<'_>,
     ) -> Result<(), FrameError> {
@@ -424,7 +448,7 @@ impl Broadcaster {
 
     pub(super) fn on_subtree(
         &mut self,
-        task: u32,
+        task: TaskId,
         from: Rank,
         tree_id: u32,
         first: usize,
@@ -454,7 +478,7 @@ impl Broadcaster {
     /// announced here, else queued and served as far as [`Broadcaster::progress`] can.
     pub(super) fn on_request(
         &mut self,
-        task: u32,
+        task: TaskId,
         from: Rank,
         wants: Vec<Want>,
     ) -> Result<(), FrameError> {
@@ -484,7 +508,7 @@ impl Broadcaster {
     /// (as [`Chunk::keep`] says) if this rank lacks it; the streams it unblocks go on.
     pub(super) fn on_data(
         &mut self,
-        task: u32,
+        task: TaskId,
         at: ChunkPlace,
         chunk: Chunk<'_>,
     ) -> Result<(), FrameError> {
@@ -550,6 +574,20 @@ impl Broadcaster {
         }
         Ok(())
     }
+}
+
+/// The chunk length an output of `total` bytes is sent in, given the longest chunk
+/// `chunk`: as many chunks as `chunk` makes, of equal length (the last one up to that
+/// length shorter). So no chunk of a multi-chunk output is shorter than half of
+/// `chunk`: a transport that moves payloads from a threshold on by RMA into the
+/// receiver's buffer (libfabric) moves every chunk of such an output that way when the
+/// threshold is at most half the chunk, and the output needs no join.
+pub(super) fn even_chunk(total: u64, chunk: usize) -> usize {
+    let c = chunk as u64;
+    if total <= c {
+        return chunk;
+    }
+    total.div_ceil(total.div_ceil(c)) as usize
 }
 
 /// Queued frames and streams whose room the outgoing queue keeps once drained.
@@ -690,13 +728,32 @@ impl Broadcaster {
                 return Ok(None);
             };
             let (to, task, output, offset, chunk, promise) = match next {
-                Outgoing::Frame { to, bytes } => {
-                    let (to, head) = (*to, wire::copy_out(bytes, buf)?);
+                Outgoing::Frame { to, bytes, tail } => {
+                    let to = *to;
+                    // The tail follows as the payload if `split`, else is written
+                    // after the frame (a header of at most 1 KiB or so).
+                    let (head, payload) = if split || tail.is_empty() {
+                        (
+                            wire::copy_out(bytes, buf)?,
+                            (!tail.is_empty()).then(|| tail.clone()),
+                        )
+                    } else {
+                        let needed = bytes.len() + tail.len();
+                        if buf.len() < needed {
+                            return Err(BufferTooShort {
+                                needed,
+                                available: buf.len(),
+                            });
+                        }
+                        buf[..bytes.len()].copy_from_slice(bytes);
+                        buf[bytes.len()..needed].copy_from_slice(tail);
+                        (needed, None)
+                    };
                     self.out.pop_front();
                     return Ok(Some(TransmitParts {
                         to,
                         head,
-                        payload: None,
+                        payload,
                         promise: None,
                     }));
                 }
@@ -718,12 +775,7 @@ impl Broadcaster {
                     promise,
                 } => (to, task, output, offset, chunk, promise),
             };
-            let header = Header {
-                kind: FrameKind::BcastData,
-                comm: self.cfg.comm,
-                epoch: task,
-                sender: self.cfg.me,
-            };
+            let header = self.header(FrameKind::BcastData);
             let Some(t) = self.tasks.get_mut(&task) else {
                 self.out.pop_front();
                 continue;
@@ -763,7 +815,10 @@ impl Broadcaster {
             }
             // The next chunk from the in-order prefix held so far: it goes as soon as it
             // is there (pipelining), else the stream waits for it.
-            let piece = t.buffers.get(&output).and_then(|b| b.piece(offset, chunk));
+            let piece = t
+                .buffers
+                .get(&output)
+                .and_then(|b| b.piece(offset, even_chunk(total, chunk)));
             let Some(piece) = piece else {
                 // Nothing of an output that goes in one chunk (and came in one to this
                 // rank, so waiting for all of it delays nothing): its head may go now.
@@ -771,6 +826,7 @@ impl Broadcaster {
                 if split && self.cfg.early_heads && offset == 0 && one_chunk {
                     let id = self.next_promise;
                     let mut w = header.write_into(buf);
+                    task.put(&mut w);
                     put_chunk_place(&mut w, at);
                     w.put_varint(total);
                     let head = w.finish()?;
@@ -796,6 +852,7 @@ impl Broadcaster {
                 continue;
             };
             let mut w = header.write_into(buf);
+            task.put(&mut w);
             put_chunk_place(&mut w, at);
             let len = piece.len() as u64;
             let payload = if split {

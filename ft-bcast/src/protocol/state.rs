@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use ft_core::{FrameError, Landing, Rank, RankSet, Slot};
 
 use super::codec::Want;
-use super::BcastStats;
+use super::{BcastStats, TaskId};
 use crate::outputs::OutputSet;
 
 /// A descendant in a rank's subtree.
@@ -374,6 +374,9 @@ pub(super) struct Task {
     /// Payload bytes in `early` (at most [`Config::max_task_bytes`](super::Config)).
     pub(super) early_bytes: u64,
     pub(super) abandoned: bool,
+    /// The root's activation header (empty until the activation that carries it),
+    /// forwarded as it is in every activation this rank sends for the task.
+    pub(super) header: Bytes,
 }
 
 /// A number per entry of a subtree, inline up to 16 entries (a relay's subtree in a
@@ -480,6 +483,15 @@ pub(super) enum Chunk<'a> {
     Landed(Bytes),
 }
 
+/// `part` of a received frame as a buffer this rank keeps: a slice of `frame` when it
+/// lies within it (no copy), else a copy.
+pub(super) fn bytes_of_frame(frame: Option<&Bytes>, part: &[u8]) -> Bytes {
+    match Chunk::of_frame(frame, part) {
+        Chunk::InFrame(bytes) => bytes,
+        _ => Bytes::copy_from_slice(part),
+    }
+}
+
 impl<'a> Chunk<'a> {
     /// `chunk` as a slice of `frame` if it lies within it, else borrowed (no frame, or
     /// a reader over other bytes than `frame`).
@@ -550,13 +562,16 @@ pub(super) struct Parked {
 
 #[derive(Clone, Debug)]
 pub(super) enum Outgoing {
+    /// An encoded frame; `tail` (an activation's header, else empty) follows `bytes`
+    /// on the wire, sent as a slice of the buffer that holds it.
     Frame {
         to: Rank,
         bytes: Vec<u8>,
+        tail: Bytes,
     },
     Stream {
         to: Rank,
-        task: u32,
+        task: TaskId,
         output: u32,
         offset: u64,
         /// Its longest chunk ([`Config::chunk_bytes`](super::Config), or
@@ -566,10 +581,7 @@ pub(super) enum Outgoing {
         promise: Option<u64>,
     },
     /// A payload promised to `to` that will not come (its task was forgotten).
-    Withdrawn {
-        to: Rank,
-        promise: u64,
-    },
+    Withdrawn { to: Rank, promise: u64 },
 }
 
 impl Task {

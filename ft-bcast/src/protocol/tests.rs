@@ -18,6 +18,21 @@ use proptest::prelude::{
     any, prop, prop_assert, prop_assert_eq, proptest, ProptestConfig, TestCaseError,
 };
 
+/// Broadcast 5 of rank 0, the root of most tests.
+const T5: TaskId = TaskId::new(0, 5);
+
+/// Decodes a broadcast frame's header and its body's broadcast id: the header and the
+/// reader after both.
+fn decode_bcast<'a>(
+    bytes: &'a [u8],
+    ctx: wire::Context,
+    from: Rank,
+) -> (Header, ft_core::wire::Reader<'a>) {
+    let (h, mut r) = Header::decode(bytes, ctx, from).expect("frames of the test decode");
+    TaskId::read(&mut r).expect("the broadcast");
+    (h, r)
+}
+
 /// Each output's payload ([`payload`]) for `plan`.
 fn payloads_of(plan: &Plan) -> Vec<Vec<u8>> {
     let outputs = plan.spec().outputs.iter().enumerate();
@@ -159,7 +174,7 @@ impl Net {
         self.delivered += 1;
         if let Some(m) = self.ranks[to as usize].as_mut() {
             let ctx = wire::Context { comm: 9, n: self.n };
-            let (h, mut r) = Header::decode(&bytes, ctx, from).expect("frames of the test decode");
+            let (h, mut r) = decode_bcast(&bytes, ctx, from);
             if h.kind == FrameKind::BcastData {
                 let output = r.varint_u32().expect("output");
                 r.varint().and(r.varint()).expect("total, offset");
@@ -231,7 +246,7 @@ fn warm_up(m: &mut Broadcaster, plan: &Plan, payloads: &[Vec<u8>]) {
             .is_some()
         {}
         while m.poll_event().is_some() {}
-        m.forget(task);
+        m.forget(TaskId::new(m.cfg.me, task));
     }
 }
 
@@ -302,12 +317,12 @@ fn run_from(
             match e {
                 BcastEvent::Arrived {
                     task,
-                    root: from,
                     tree,
                     outputs,
+                    ..
                 } => {
-                    if *task != 5 || *from != root {
-                        return Err(format!("rank {r}: arrival of task {task} from {from}"));
+                    if *task != TaskId::new(root, 5) {
+                        return Err(format!("rank {r}: arrival of task {task}"));
                     }
                     if arrived.insert(*tree, outputs.clone()).is_some() {
                         return Err(format!("rank {r}: arrived twice in tree {tree}"));
@@ -318,7 +333,7 @@ fn run_from(
                     tree,
                     outputs,
                 } => {
-                    if *task != 5 || !trees.insert(*tree) {
+                    if *task != TaskId::new(root, 5) || !trees.insert(*tree) {
                         return Err(format!("rank {r}: released tree {tree} twice"));
                     }
                     if arrived.get(tree) != Some(outputs) {
@@ -344,7 +359,7 @@ fn run_from(
             return Err(format!("rank {r}: released {got:?}, needs {want:?}"));
         }
         for &j in &want {
-            if m.output(5, j) != Some(&payloads[j as usize][..]) {
+            if m.output(TaskId::new(root, 5), j) != Some(&payloads[j as usize][..]) {
                 return Err(format!("rank {r}: output {j} differs from the root's"));
             }
         }
@@ -426,7 +441,7 @@ fn a_relay_forwards_each_chunk_as_soon_as_it_holds_it() {
         // The next chunk in order (the network may have reordered them).
         let offset = |f: &(Rank, Rank, Vec<u8>)| {
             let ctx = wire::Context { comm: 9, n: 3 };
-            let (_, mut r) = Header::decode(&f.2, ctx, f.0).unwrap();
+            let (_, mut r) = decode_bcast(&f.2, ctx, f.0);
             r.varint().unwrap(); // output
             r.varint().unwrap(); // total
             r.varint().unwrap()
@@ -439,14 +454,17 @@ fn a_relay_forwards_each_chunk_as_soon_as_it_holds_it() {
         };
         net.deliver(k);
         let relayed = net.frames.iter().filter(|f| is_data(f) && f.0 == 1).count();
-        let output_at_1 = net.ranks[1].as_ref().unwrap().output(5, 0);
+        let output_at_1 = net.ranks[1].as_ref().unwrap().output(T5, 0);
         assert!(
             relayed == 1 || output_at_1.is_some(),
             "rank 1 holds a chunk it has not passed on (relayed {relayed})"
         );
     }
     assert_eq!(forwarded, 3, "three chunks relayed to rank 2");
-    assert_eq!(net.ranks[2].as_ref().unwrap().output(5, 0), Some(&data[..]));
+    assert_eq!(
+        net.ranks[2].as_ref().unwrap().output(T5, 0),
+        Some(&data[..])
+    );
 }
 
 #[test]
@@ -527,9 +545,9 @@ fn chunks_leave_and_are_forwarded_as_slices_of_the_payload_never_copies() {
         "rank 2 re-chunks: {chunks_sent:?}"
     );
     for j in 0..2u32 {
-        assert_eq!(ranks[3].output(5, j), Some(&payloads[j as usize][..]));
+        assert_eq!(ranks[3].output(T5, j), Some(&payloads[j as usize][..]));
     }
-    assert_eq!(ranks[1].output(5, 0), Some(&payloads[0][..]));
+    assert_eq!(ranks[1].output(T5, 0), Some(&payloads[0][..]));
 }
 
 #[test]
@@ -582,7 +600,7 @@ fn a_leaf_gets_its_output_in_one_chunk_and_a_relay_in_pipelined_ones() {
     }
     assert!(whole_to_leaves >= 1, "the root has a leaf child");
     for (r, m) in ranks.iter().enumerate().skip(1) {
-        assert_eq!(m.output(5, 0), Some(&data[..]), "rank {r}");
+        assert_eq!(m.output(T5, 0), Some(&data[..]), "rank {r}");
         assert_eq!(m.stats().received_bytes_copied, 0, "rank {r}");
     }
 }
@@ -625,7 +643,7 @@ fn chunks_of_any_size_from_two_sources_fill_an_output_once() {
         assert!(held_bytes(&m) as u64 <= size);
         offset += len;
     }
-    assert_eq!(m.output(5, 0), Some(&data[..]));
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
     assert_eq!(held_bytes(&m) as u64, size);
     // 18000 bytes came for an output of 10000: the overlaps are counted.
     assert_eq!(m.stats().received_bytes_duplicate, 8000);
@@ -695,7 +713,7 @@ fn a_request_before_the_activation_is_queued_not_dropped() {
     );
     while net.step() {}
     assert_eq!(
-        net.ranks[2].as_ref().unwrap().output(5, 0),
+        net.ranks[2].as_ref().unwrap().output(T5, 0),
         Some(&payload(0, 100)[..])
     );
 }
@@ -727,15 +745,18 @@ fn a_frame_from_this_rank_itself_is_refused() {
         .is_none());
 }
 
-/// The header of a frame of task 5 (communicator 9) from `sender`.
+/// The header of a frame of broadcast [`T5`] (communicator 9) from `sender`, and the
+/// broadcast's id that starts its body.
 fn task5(kind: FrameKind, sender: Rank) -> Writer {
-    Header {
+    let mut w = Header {
         kind,
         comm: 9,
-        epoch: 5,
+        epoch: 0,
         sender,
     }
-    .start()
+    .start();
+    T5.put(&mut w);
+    w
 }
 
 /// A request of task 5 from `sender` for output 0 of tree 0, from offset 0.
@@ -774,7 +795,8 @@ fn activation_frame_flags(from: Rank, tree: u32, sizes: &[u64], flags: u64) -> V
     for &size in sizes {
         w.put_varint(size);
     }
-    w.put_varint(0).put_varint(0);
+    // No subtree, no activation header.
+    w.put_varint(0).put_varint(0).put_varint(0);
     w.finish()
 }
 
@@ -794,7 +816,7 @@ fn data_frame(from: Rank, output: u32, total: u64, offset: u64) -> Vec<u8> {
 /// exactly its length, so this is the memory too).
 fn held_bytes(m: &Broadcaster) -> usize {
     m.tasks
-        .get(&5)
+        .get(&T5)
         .map_or(0, |t| t.buffers.values().map(|b| b.bytes_kept()).sum())
 }
 
@@ -833,12 +855,12 @@ fn a_bad_subtree_part_is_refused_whole_and_a_good_one_then_completes_the_subtree
     put_set(&mut w, &OutputSet::single(0));
     w.put_varint(100).put_varint(3).put_varint(1);
     put_entry(&mut w, &entry(2, 1, &[0]));
+    w.put_varint(0);
     m.handle_message(Instant::ZERO, 0, &w.finish()).unwrap();
     assert!(matches!(
         m.poll_event(),
         Some(BcastEvent::Arrived {
-            task: 5,
-            root: 0,
+            task: T5,
             tree: 0,
             ..
         })
@@ -848,13 +870,13 @@ fn a_bad_subtree_part_is_refused_whole_and_a_good_one_then_completes_the_subtree
     let bad = subtree_frame(0, 1, &[entry(3, 2, &[0]), entry(4, 3, &[1])]);
     assert!(m.handle_message(Instant::ZERO, 0, &bad).is_err());
     assert!(m.poll_event().is_none());
-    let tree = &m.tasks[&5].trees.get(&0).unwrap();
+    let tree = &m.tasks[&T5].trees.get(&0).unwrap();
     assert_eq!((tree.entries.len(), tree.index.len()), (1, 1));
     // The same positions, right this time: the subtree completes and rank 2 is
     // activated with its own subtree (3 under 2, 4 under 3).
     let good = subtree_frame(0, 1, &[entry(3, 2, &[0]), entry(4, 3, &[0])]);
     m.handle_message(Instant::ZERO, 0, &good).unwrap();
-    let tree = &m.tasks[&5].trees.get(&0).unwrap();
+    let tree = &m.tasks[&T5].trees.get(&0).unwrap();
     assert_eq!((tree.entries.len(), tree.index.len()), (3, 3));
     assert_eq!(tree.index.get(&4), Some(&2));
     // (It requested its data from 0 on the activation, which did not push.)
@@ -893,7 +915,7 @@ fn a_chunk_of_a_frame_handed_over_is_kept_in_the_frame_not_copied() {
     // A duplicate counts nowhere.
     m.handle_message_owned(Instant::ZERO, 0, Bytes::from(frame(1000)))
         .unwrap();
-    assert_eq!(m.output(5, 0), Some(&data[..]));
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
     let stats = m.stats();
     assert_eq!(
         (stats.received_bytes_in_place, stats.received_bytes_copied),
@@ -914,7 +936,7 @@ fn a_chunk_of_a_frame_handed_over_is_kept_in_the_frame_not_copied() {
     let range = frame.as_ptr_range();
     m.handle_message_owned(Instant::ZERO, 0, frame.clone())
         .unwrap();
-    let kept = m.output_bytes(5, 0).expect("complete");
+    let kept = m.output_bytes(T5, 0).expect("complete");
     assert_eq!(&kept[..], &data[..1000]);
     assert!(range.contains(&kept.as_ptr()) && kept.as_ptr_range().end == range.end);
     assert_eq!(m.stats().received_bytes_in_place, 1000);
@@ -944,7 +966,7 @@ fn a_huge_announcement_costs_no_memory_until_data_arrives() {
     )
     .unwrap();
     assert!(held_bytes(&m) <= 3 * MAX_CHUNK, "{}", held_bytes(&m));
-    assert_eq!(m.output(5, 0), None, "incomplete outputs are not readable");
+    assert_eq!(m.output(T5, 0), None, "incomplete outputs are not readable");
 }
 
 #[test]
@@ -957,9 +979,9 @@ fn out_of_order_chunks_complete_an_output_within_its_size() {
         m.handle_message(Instant::ZERO, 0, &data_frame(0, 0, size, offset))
             .unwrap();
     }
-    assert_eq!(m.output(5, 0).map(<[u8]>::len), Some(size as usize));
+    assert_eq!(m.output(T5, 0).map(<[u8]>::len), Some(size as usize));
     assert!(held_bytes(&m) <= size as usize, "{}", held_bytes(&m));
-    assert!(m.tasks[&5].buffers.get(&0).unwrap().ahead.is_empty());
+    assert!(m.tasks[&T5].buffers.get(&0).unwrap().ahead.is_empty());
 }
 
 #[test]
@@ -988,7 +1010,7 @@ fn announced_totals_over_the_limit_are_refused() {
         m.handle_message(Instant::ZERO, 0, &activation_frame(0, 1, &[gib; 5])),
         too_big
     );
-    assert_eq!(m.tasks[&5].trees.len(), 1);
+    assert_eq!(m.tasks[&T5].trees.len(), 1);
     assert!(m
         .poll_transmit(Instant::ZERO, &mut vec![0; wire::frame_capacity(3)])
         .expect("frame_capacity fits")
@@ -1058,7 +1080,7 @@ fn root_death_abandons_and_bad_starts_are_rejected() {
     net.step(); // rank 1 gets its activation
     net.kill(0);
     while net.step() {}
-    assert!(net.events[1].contains(&BcastEvent::Abandoned { task: 5 }));
+    assert!(net.events[1].contains(&BcastEvent::Abandoned { task: T5 }));
 }
 
 #[test]
@@ -1181,7 +1203,7 @@ proptest! {
         let mut m = Broadcaster::new(Config::new(9, 50, 3));
         let kinds = [FrameKind::BcastActivate, FrameKind::BcastSubtree, FrameKind::BcastRequest, FrameKind::BcastData];
         let mut frame = if raw { Vec::new() } else {
-            Header { kind: kinds[kind], comm: 9, epoch: 1, sender: 7 }.start().finish()
+            Header { kind: kinds[kind], comm: 9, epoch: 0, sender: 7 }.start().finish()
         };
         frame.extend_from_slice(&body);
         let _ = m.handle_message(Instant::ZERO, 7, &frame);
@@ -1290,7 +1312,7 @@ fn rounds(spec: PlanSpec, eager_push: bool) -> usize {
     for (j, o) in plan.spec().outputs.iter().enumerate() {
         for &d in &o.dests {
             let m = net.ranks[d as usize].as_ref().unwrap();
-            assert_eq!(m.output(5, j as u32), Some(&payloads[j][..]), "rank {d}");
+            assert_eq!(m.output(T5, j as u32), Some(&payloads[j][..]), "rank {d}");
         }
     }
     rounds
@@ -1362,7 +1384,7 @@ fn data_that_overtakes_its_activation_is_kept_then_used_without_a_request() {
         2 * MAX_CHUNK,
         "kept, counted, not yet an output"
     );
-    assert_eq!(m.output(5, 0), None);
+    assert_eq!(m.output(T5, 0), None);
     m.handle_message(
         Instant::ZERO,
         0,
@@ -1374,32 +1396,32 @@ fn data_that_overtakes_its_activation_is_kept_then_used_without_a_request() {
         m.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_none(),
         "data follows: no request"
     );
-    assert_eq!(m.tasks[&5].early_bytes, 0);
+    assert_eq!(m.tasks[&T5].early_bytes, 0);
     for k in [1, 3] {
         m.handle_message(Instant::ZERO, 0, &chunk(k * MAX_CHUNK as u64))
             .unwrap();
     }
-    assert_eq!(m.output(5, 0), Some(&data[..]));
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
     assert_eq!(m.held_bytes(), size as usize);
     assert_eq!(
         m.poll_event(),
         Some(BcastEvent::Arrived {
-            task: 5,
-            root: 0,
+            task: T5,
             tree: 0,
-            outputs: OutputSet::single(0)
+            outputs: OutputSet::single(0),
+            header: Bytes::new(),
         })
     );
     assert_eq!(
         m.poll_event(),
         Some(BcastEvent::Released {
-            task: 5,
+            task: T5,
             tree: 0,
             outputs: OutputSet::single(0)
         })
     );
     // Once forgotten, a late chunk (the rest of a repair stream) is dropped, not kept.
-    m.forget(5);
+    m.forget(T5);
     m.handle_message(Instant::ZERO, 0, &chunk(0)).unwrap();
     assert_eq!(m.held_bytes(), 0);
     assert!(m.tasks.is_empty());
@@ -1495,15 +1517,15 @@ fn a_request_for_an_output_being_pushed_starts_no_second_stream() {
     }
 }
 
-/// Chain 0 -> 1 -> 2, one output of four chunks and 17 bytes, every rank sending
-/// chunks of [`MAX_CHUNK`]. Rank 1 gets the whole output and forwards it, but rank 2
+/// Chain 0 -> 1 -> 2, one output of five chunks, every rank sending chunks of
+/// [`MAX_CHUNK`] (a multiple of the chunk, so the chunks are exactly that long). Rank 1 gets the whole output and forwards it, but rank 2
 /// receives only its chunks with the indices in `held` before rank 1 dies (what else
 /// rank 1 sent is lost with it). The survivors learn of the death in `order` (rank 2
 /// first: it repairs by requesting from rank 0; rank 0 first: it adopts rank 2, which
 /// requests once activated). Returns the network as it ended and the payload bytes
 /// rank 2 received after the death.
 fn repair_with_a_prefix(held: &[u64], order: [Rank; 2], eager_push: bool) -> (Net, u64) {
-    let size = 4 * MAX_CHUNK as u64 + 17;
+    let size = 5 * MAX_CHUNK as u64;
     let spec = PlanSpec::new(3, 0)
         .with_topology(Topology::Chain)
         .with_output(OutputSpec::new("A", size, vec![1, 2]));
@@ -1521,7 +1543,7 @@ fn repair_with_a_prefix(held: &[u64], order: [Rank; 2], eager_push: bool) -> (Ne
     net.drain(0);
     let ctx = wire::Context { comm: 9, n: 3 };
     let withheld = |f: &(Rank, Rank, Vec<u8>)| {
-        let (h, mut r) = Header::decode(&f.2, ctx, f.0).unwrap();
+        let (h, mut r) = decode_bcast(&f.2, ctx, f.0);
         if (f.0, f.1, h.kind) != (1, 2, FrameKind::BcastData) {
             return false;
         }
@@ -1544,20 +1566,20 @@ fn repair_with_a_prefix(held: &[u64], order: [Rank; 2], eager_push: bool) -> (Ne
         while net.step() {}
     }
     let m = net.ranks[2].as_ref().unwrap();
-    assert_eq!(m.output(5, 0), Some(&payload(0, size)[..]));
+    assert_eq!(m.output(T5, 0), Some(&payload(0, size)[..]));
     let after = received(&net) - before;
     (net, after)
 }
 
 #[test]
 fn a_repaired_child_receives_only_the_bytes_past_the_prefix_it_holds() {
-    let size = 4 * MAX_CHUNK as u64 + 17;
+    let size = 5 * MAX_CHUNK as u64;
     let chunk = MAX_CHUNK as u64;
     // (chunks held when the parent dies, bytes the new source sends, bytes received
     // twice): only the contiguous prefix counts, so chunks held past a gap come again.
     let cases: [(&[u64], u64, u64); 5] = [
         (&[0, 1], size - 2 * chunk, 0),
-        (&[0, 1, 2, 3], 17, 0),
+        (&[0, 1, 2, 3], chunk, 0),
         (&[], size, 0),
         (&[0, 1, 3], size - 2 * chunk, chunk),
         (&[1, 2], size, 2 * chunk),
@@ -1599,7 +1621,7 @@ fn requests_carry_an_offset_per_output_and_round_trip() {
     let frame = w.finish();
     let ctx = wire::Context { comm: 9, n: 3 };
     let read = |max_offset: u64| {
-        let (_, r) = Header::decode(&frame, ctx, 2).unwrap();
+        let (_, r) = decode_bcast(&frame, ctx, 2);
         read_request(r, 4096, max_offset)
     };
     assert_eq!(read(1 << 30), Ok((7, wants.to_vec())));
@@ -1611,11 +1633,11 @@ fn requests_carry_an_offset_per_output_and_round_trip() {
     );
     // An output named without its offset (the frame ends early), or bytes after the
     // last offset, are refused.
-    let (_, r) = Header::decode(&frame[..frame.len() - 1], ctx, 2).unwrap();
+    let (_, r) = decode_bcast(&frame[..frame.len() - 1], ctx, 2);
     assert_eq!(read_request(r, 4096, 1 << 30), Err(FrameError::Truncated));
     let mut longer = frame.clone();
     longer.push(0);
-    let (_, r) = Header::decode(&longer, ctx, 2).unwrap();
+    let (_, r) = decode_bcast(&longer, ctx, 2);
     assert_eq!(
         read_request(r, 4096, 1 << 30),
         Err(FrameError::TrailingBytes)
@@ -1663,7 +1685,7 @@ fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
             "request offset over the output size limit"
         ))
     );
-    assert!(m.tasks[&5].waiting.is_empty() && m.tasks[&5].served.is_empty());
+    assert!(m.tasks[&T5].waiting.is_empty() && m.tasks[&T5].served.is_empty());
     // In place: the last byte of output 0, and the empty output 1 at 0. Rank 1 holds
     // nothing yet, so its streams wait for the data.
     m.handle_message(Instant::ZERO, 2, &request_frame_at(2, &[(0, 999), (1, 0)]))
@@ -1672,7 +1694,7 @@ fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
     let mut sent = Vec::new();
     while let Some(t) = m.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
         let ctx = wire::Context { comm: 9, n: 3 };
-        let (_, mut r) = Header::decode(&buf[..t.len], ctx, 1).unwrap();
+        let (_, mut r) = decode_bcast(&buf[..t.len], ctx, 1);
         let at = (
             r.varint().unwrap(),
             r.varint().unwrap(),
@@ -1694,8 +1716,8 @@ fn a_request_offset_past_its_output_is_refused_and_changes_nothing() {
     let frames = drained(&mut m, &mut buf);
     let data = FrameKind::BcastData as u8;
     assert_eq!(frames.iter().filter(|f| **f == (2, data)).count(), 1);
-    assert!(m.tasks[&5].waiting.is_empty());
-    assert_eq!(m.tasks[&5].served[&2], OutputSet::single(1));
+    assert!(m.tasks[&T5].waiting.is_empty());
+    assert_eq!(m.tasks[&T5].served[&2], OutputSet::single(1));
 }
 
 #[test]
@@ -1726,7 +1748,7 @@ fn a_request_with_an_offset_streams_the_rest_and_merges_into_a_stream_under_way(
             if let (1, Some(p)) = (t.to, t.payload) {
                 to_1 += p.len() as u64;
                 let ctx = wire::Context { comm: 9, n: 3 };
-                let (_, mut r) = Header::decode(&buf[..t.head], ctx, 0).unwrap();
+                let (_, mut r) = decode_bcast(&buf[..t.head], ctx, 0);
                 r.varint().and(r.varint()).unwrap();
                 first = first.or(Some(r.varint().unwrap()));
             }
@@ -1803,7 +1825,7 @@ fn chunks_received_in_place_land_in_the_outputs_one_buffer_and_join_free() {
         .unwrap();
     m.handle_message_placed(now, 0, &head(0, 1000), fill(first, 0))
         .unwrap();
-    assert_eq!(m.output(5, 0), None);
+    assert_eq!(m.output(T5, 0), None);
     // A placed payload of another length than its head's is refused.
     let short = Broadcaster::new(Config::new(9, 3, 1))
         .handle_message_placed(now, 0, &head(1000, 999), fill(middle, 1000))
@@ -1840,10 +1862,10 @@ fn landed_chunks_join_without_a_copy_and_mixed_ones_with_one() {
             .unwrap();
         m.handle_message_placed(now, 0, &head(at), filled).unwrap();
         if at == 0 {
-            first = m.tasks[&5].buffers.get(&0).unwrap().piece(0, 1000);
+            first = m.tasks[&T5].buffers.get(&0).unwrap().piece(0, 1000);
         }
     }
-    let whole = m.output_bytes(5, 0).expect("complete");
+    let whole = m.output_bytes(T5, 0).expect("complete");
     assert_eq!(&whole[..], &data[..]);
     assert_eq!(
         whole.as_ptr(),
@@ -1871,7 +1893,7 @@ fn landed_chunks_join_without_a_copy_and_mixed_ones_with_one() {
         .put_varint(1000)
         .put_bytes(&data[1000..2000]);
     m.handle_message(now, 0, &w.finish()).unwrap();
-    assert_eq!(m.output(5, 0), Some(&data[..]));
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
     let stats = m.stats();
     assert_eq!(
         (
@@ -1893,7 +1915,7 @@ fn a_chain_deeper_than_the_ancestors_carried_keeps_the_root_and_the_nearest() {
         .with_output(OutputSpec::new("A", 100, (1..n).collect::<Vec<Rank>>()));
     let net = run_with(spec, &[], 1, true).expect("every rank gets its output");
     let last = net.ranks[79].as_ref().unwrap();
-    let tree = last.tasks[&5]
+    let tree = last.tasks[&T5]
         .trees
         .values()
         .next()
@@ -2018,7 +2040,7 @@ fn a_forgotten_task_withdraws_its_promised_payloads_and_a_dead_child_gets_none()
         if dies {
             relay.on_rank_failed(Instant::ZERO, 3);
         }
-        relay.forget(5);
+        relay.forget(T5);
         let after = parts_of(&mut relay);
         if dies {
             assert!(after.is_empty(), "{after:?}");
@@ -2029,5 +2051,29 @@ fn a_forgotten_task_withdraws_its_promised_payloads_and_a_dead_child_gets_none()
                 (3, Some(Promise::Withdrawn { id }))
             );
         }
+    }
+}
+
+#[test]
+fn a_multi_chunk_output_goes_in_chunks_of_equal_length() {
+    use super::serve::even_chunk;
+    let c = MAX_CHUNK;
+    assert_eq!(even_chunk(100, c), c, "one chunk: the limit itself");
+    assert_eq!(even_chunk(c as u64, c), c);
+    assert_eq!(even_chunk(5 * c as u64, c), c, "a multiple: full chunks");
+    // 300 KiB in 256 KiB chunks: two of 150 KiB, not 256 + 44.
+    assert_eq!(even_chunk(300 << 10, 256 << 10), 150 << 10);
+    for total in [c as u64 + 1, 3 * c as u64 - 5, 7 * c as u64 + 3] {
+        let piece = even_chunk(total, c) as u64;
+        let k = total.div_ceil(c as u64);
+        assert!(
+            piece <= c as u64 && piece * 2 >= c as u64,
+            "{total}: {piece}"
+        );
+        assert_eq!(
+            total.div_ceil(piece),
+            k,
+            "{total}: as many chunks as before"
+        );
     }
 }

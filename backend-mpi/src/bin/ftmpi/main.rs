@@ -519,7 +519,7 @@ fn bench_bcast(
             let mine = stack_rep(&mut driver, case, start, task, limit)?;
             settle(world, &mut driver, limit)?;
             if rep + 1 < bench.reps {
-                release(&mut driver, task)?;
+                release(&mut driver, case, task)?;
             }
             times[0].push(worst(mine));
             task += 1;
@@ -551,7 +551,7 @@ fn bench_bcast(
                 case.bytes
             ));
         }
-        release(&mut driver, task - 1)?;
+        release(&mut driver, case, task - 1)?;
         let [stack, base, floor] = times.map(|t| ft_jobs::median(t).unwrap_or(f64::NAN));
         lines.push(case.line_with(
             n,
