@@ -22,5 +22,5 @@ pub use job::OfiLaunch;
 pub use rma::ControlError;
 pub use transport::{
     OfiConfig, OfiError, OfiStats, OfiTransport, DEFAULT_CHUNK_BYTES, DEFAULT_PROVIDER,
-    DEFAULT_RECV_DEPTH, DEFAULT_RMA_THRESHOLD,
+    DEFAULT_RECV_DEPTH, DEFAULT_RMA_THRESHOLD, HAND_OVER_FROM,
 };

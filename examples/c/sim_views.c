@@ -4,7 +4,9 @@
  * thread: validate_global is collective), then rank 0 prints its views, queries rank
  * states (first with a buffer too small: FT_ERR_SIZE names the count needed),
  * recognizes the dead rank and renumbers the shrunk group, then broadcasts a buffer
- * from rank 0 to ranks 1 and 2. Along the way each rank's event queue tells it what it
+ * from rank 0 to ranks 1 and 2 (copied), then lends one (sent in place, released once
+ * through its callback though rank 3, a destination, is killed mid-broadcast). Along
+ * the way each rank's event queue tells it what it
  * learned: the failed rank, the agreed G, the broadcast's arrival and its ready output
  * (the queue's descriptor polls readable while events wait). Asserts on every result.
  *
@@ -16,6 +18,7 @@
 #include <assert.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,14 @@
 #define RANKS 5
 #define VICTIM 4
 
+
+/* How many times the lent buffer was given back. */
+static atomic_int releases;
+
+static void count_release(void *arg, const uint8_t *data, uint64_t bytes) {
+    assert(arg == data && bytes == 200000);
+    atomic_fetch_add(&releases, 1);
+}
 
 struct validation {
     ft_handle *h;
@@ -188,12 +199,37 @@ int main(void) {
     printf("broadcast: ranks 1 and 2 got the %u bytes\n", (unsigned)len);
     for (uint32_t r = 0; r <= 2; r++) CHECK(ft_bcast_release(ft_sim_rank(group, r), 0, 42));
 
+    /* A lent buffer: the root's own memory, sent in place, given back through its
+     * release callback exactly once, when the broadcast is released, also though a
+     * destination (rank 3) dies mid-broadcast. Ranks 1 and 2 take their output without a
+     * copy. */
+    static uint8_t lent[200000];
+    for (size_t i = 0; i < sizeof lent; i++) lent[i] = (uint8_t)(i * 13 + 5);
+    uint32_t three[3] = {1, 2, 3};
+    ft_bcast_output lent_output = {.data = lent, .bytes = sizeof lent, .dests = three,
+                                   .ndests = 3, .release = count_release, .release_arg = lent};
+    CHECK(ft_bcast_start(me, 43, NULL, 0, FT_TOPO_CHAIN, 0, FT_STRATEGY_PER_CLASS, 1,
+                         &lent_output));
+    CHECK(ft_sim_kill(group, 3));
+    for (uint32_t r = 1; r <= 2; r++) {
+        ft_buffer taken;
+        CHECK(ft_bcast_take(ft_sim_rank(group, r), 0, 43, 0, &taken, 60000));
+        assert(taken.len == sizeof lent && memcmp(taken.data, lent, sizeof lent) == 0);
+        CHECK(ft_buffer_free(&taken));
+        CHECK(ft_buffer_free(&taken)); /* a second call frees nothing twice */
+    }
+    assert(atomic_load(&releases) == 0 && "kept while the broadcast is");
+    for (uint32_t r = 0; r <= 2; r++) CHECK(ft_bcast_release(ft_sim_rank(group, r), 0, 43));
+    for (int tries = 0; atomic_load(&releases) == 0 && tries < 2000; tries++) usleep(1000);
+    printf("lent buffer: released %d time(s)\n", atomic_load(&releases));
+
     /* The killed rank's handle reports the stop. */
     rc = ft_validate_local(ft_sim_rank(group, VICTIM), &num_failed, &num_new);
     assert(rc == FT_ERR_STOPPED);
     assert(ft_validate_local(NULL, &num_failed, &num_new) == FT_ERR_ARG);
 
     CHECK(ft_sim_close(group));
+    assert(atomic_load(&releases) == 1 && "released exactly once");
     printf("sim_views: ok\n");
     return 0;
 }

@@ -117,6 +117,23 @@ pub enum Outcome {
     },
 }
 
+/// How the job ended, in words: the policy's reason, the limit it ran past, the
+/// signal it got; "every rank ended" when it completed.
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Completed => f.write_str("every rank ended"),
+            Outcome::Stopped { reason, .. } => f.write_str(reason),
+            Outcome::TimedOut { limit } => {
+                write!(f, "the job ran past {} s and was killed", limit.as_secs())
+            }
+            Outcome::Interrupted { signal } => {
+                write!(f, "interrupted by signal {signal}; the ranks were stopped")
+            }
+        }
+    }
+}
+
 /// What one rank left behind.
 #[derive(Clone, Debug)]
 pub struct RankReport {

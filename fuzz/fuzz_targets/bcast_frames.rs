@@ -11,17 +11,24 @@
 //! frame a machine sends decodes with the shared codec, is from itself and goes to a rank
 //! `< n` other than itself.
 //!
+//! Every frame names its broadcast (root, key) at the start of its body; forged frames
+//! name the real broadcast's root or another rank (in range or not), and the real key or
+//! another. The root starts with an activation header the input picks (empty, up to the
+//! limit, or over it: refused), and forged activations carry headers up to and past the
+//! limit.
+//!
 //! Machines send chunks of sizes the input picks (so receivers see many chunkings), and
 //! each frame is taken, as the input says, contiguously (`poll_transmit`) or as a head
 //! plus a shared payload (`poll_transmit_parts`, joined here): a split frame must be a
 //! `BcastData` frame whose head ends with the chunk's length and whose payload is the
-//! chunk, and only contiguous chunks count as copied (`Broadcaster::stats`).
+//! chunk, or a `BcastActivate` whose payload is the root's header, and only contiguous
+//! chunks count as copied (`Broadcaster::stats`).
 #![no_main]
 
 use std::num::NonZeroU32;
 
 use arbitrary::Arbitrary;
-use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec, Strategy, Topology};
+use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec, Strategy, TaskId, Topology};
 use ft_core::wire::{frame_capacity, Context, Family, FrameKind, Header, HEADER_LEN, VERSION};
 use ft_core::{Duration, Instant, Protocol, Rank, TransmitParts};
 use libfuzzer_sys::fuzz_target;
@@ -33,6 +40,8 @@ const MAX_OUTPUTS: u32 = 16;
 /// Above the at most 6 outputs of under `MAX_OUTPUT_BYTES / 2` the specs here have, so
 /// honest plans fit; mutated frames announcing more are refused.
 const MAX_TASK_BYTES: u64 = 4 * MAX_OUTPUT_BYTES;
+/// The machines' activation header limit (forged headers go past it).
+const MAX_HEADER_BYTES: usize = 64;
 
 #[derive(Arbitrary, Debug)]
 struct Output {
@@ -84,6 +93,7 @@ enum Step {
         sizes: Vec<u16>,
         expected: u16,
         entries: Vec<(u8, u8, Vec<u8>, Vec<u8>)>,
+        user_header: Vec<u8>,
     },
     /// A structurally valid subtree continuation with arbitrary contents.
     Subtree {
@@ -128,6 +138,8 @@ struct Input {
     n: u8,
     root: u8,
     task: u8,
+    /// The root's activation header (refused past [`MAX_HEADER_BYTES`]).
+    header: Vec<u8>,
     topology: u8,
     k: u8,
     strategy: u8,
@@ -145,15 +157,16 @@ struct Flight {
     bytes: Vec<u8>,
 }
 
-/// Where the chunk of a `BcastData` frame starts (after its output, total, offset and
-/// length fields), as a transport that sends the chunk on its own cuts the frame.
+/// Where the chunk of a `BcastData` frame starts (after its broadcast, output, total,
+/// offset and length fields), as a transport that sends the chunk on its own cuts the
+/// frame.
 fn chunk_start(bytes: &[u8], n: u32) -> Option<usize> {
     let from = bytes.get(10..14).map(|b| u32::from_le_bytes(b.try_into().unwrap()))?;
     let (h, mut r) = Header::decode(bytes, Context { comm: COMM, n }, from).ok()?;
     if h.kind != FrameKind::BcastData {
         return None;
     }
-    for _ in 0..4 {
+    for _ in 0..6 {
         r.varint().ok()?;
     }
     Some(bytes.len() - r.remaining())
@@ -167,14 +180,24 @@ fn set_bytes(w: &mut ft_core::wire::Writer, items: &[u8]) {
     }
 }
 
-fn header(kind: FrameKind, task: u8, from: Rank) -> ft_core::wire::Writer {
-    Header {
+/// A forged frame's header and broadcast: `task`'s low bits pick the key, its high
+/// bits the root (mostly the real one, `root`; sometimes another rank, or one out of
+/// range).
+fn header(kind: FrameKind, task: u8, root: Rank, n: u32, from: Rank) -> ft_core::wire::Writer {
+    let mut w = Header {
         kind,
         comm: COMM,
-        epoch: u32::from(task % 4),
+        epoch: 0,
         sender: from,
     }
-    .start()
+    .start();
+    let forged_root = match task >> 5 {
+        0..=5 => root,
+        6 => (root + 1) % n,
+        _ => n,
+    };
+    w.put_rank(forged_root).put_varint(u64::from(task % 4));
+    w
 }
 
 fn entries_bytes(w: &mut ft_core::wire::Writer, n: u32, entries: &[(u8, u8, Vec<u8>, Vec<u8>)]) {
@@ -222,6 +245,7 @@ fn drain(
             let (h, mut r) =
                 Header::decode(&bytes, Context { comm: COMM, n }, me).expect("own frames decode");
             assert_eq!(h.kind.family(), Family::Bcast);
+            r.rank().and(r.varint()).expect("own broadcast");
             if h.kind == FrameKind::BcastData {
                 // Output, total, offset, then the chunk (its length, its bytes): the last
                 // field, so a split frame's payload is exactly the chunk.
@@ -236,8 +260,8 @@ fn drain(
                     None if !split => polling.copied[me as usize] += chunk.len() as u64,
                     None => assert!(chunk.is_empty(), "a split chunk is a payload"),
                 }
-            } else {
-                assert!(t.payload.is_none(), "only data frames have a payload");
+            } else if h.kind != FrameKind::BcastActivate {
+                assert!(t.payload.is_none(), "only data and activation frames have a payload");
             }
             if flights.len() < 4096 {
                 flights.push(Flight {
@@ -286,6 +310,7 @@ fuzz_target!(|input: Input| {
             cfg.max_output_bytes = MAX_OUTPUT_BYTES;
             cfg.max_task_bytes = MAX_TASK_BYTES;
             cfg.max_outputs = MAX_OUTPUTS;
+            cfg.max_header_bytes = MAX_HEADER_BYTES;
             cfg.chunk_bytes = 1 + (input.chunks >> (8 * (me % 8)) & 0x3ff) as usize;
             Broadcaster::new(cfg)
         })
@@ -297,10 +322,23 @@ fuzz_target!(|input: Input| {
         .enumerate()
         .map(|(j, o)| vec![j as u8; o.bytes as usize])
         .collect();
-    let task = u32::from(input.task % 4);
-    machines[root as usize]
-        .start_broadcast(Instant::ZERO, task, &plan, payloads)
-        .expect("the root starts its own plan");
+    let task = u64::from(input.task % 4);
+    let root_header = input.header;
+    let started = machines[root as usize].start_with_header(
+        Instant::ZERO,
+        task,
+        &plan,
+        root_header.clone(),
+        payloads.clone(),
+    );
+    if root_header.len() > MAX_HEADER_BYTES {
+        assert!(started.is_err(), "a header past the limit is refused");
+        machines[root as usize]
+            .start_broadcast(Instant::ZERO, task, &plan, payloads)
+            .expect("the root starts its own plan");
+    } else {
+        started.expect("the root starts its own plan");
+    }
     // A second start of the same task is misuse, reported as such.
     assert!(machines[root as usize]
         .start_broadcast(Instant::ZERO, task, &plan, Vec::<Vec<u8>>::new())
@@ -420,9 +458,10 @@ fuzz_target!(|input: Input| {
                 sizes,
                 expected,
                 entries,
+                user_header,
             } => {
                 let from = u32::from(from) % n;
-                let mut w = header(FrameKind::BcastActivate, task, from);
+                let mut w = header(FrameKind::BcastActivate, task, root, n, from);
                 w.put_varint(u64::from(tree % 8))
                     .put_varint(u64::from(flags % 4));
                 w.put_varint(ancestors.len() as u64);
@@ -436,6 +475,7 @@ fuzz_target!(|input: Input| {
                 }
                 w.put_varint(u64::from(expected % 16));
                 entries_bytes(&mut w, n, &entries);
+                w.put_bytes(&user_header);
                 vec![Flight {
                     to: u32::from(to) % n,
                     from,
@@ -451,7 +491,7 @@ fuzz_target!(|input: Input| {
                 entries,
             } => {
                 let from = u32::from(from) % n;
-                let mut w = header(FrameKind::BcastSubtree, task, from);
+                let mut w = header(FrameKind::BcastSubtree, task, root, n, from);
                 w.put_varint(u64::from(tree % 8))
                     .put_varint(u64::from(first % 16));
                 entries_bytes(&mut w, n, &entries);
@@ -469,7 +509,7 @@ fuzz_target!(|input: Input| {
                 outputs,
             } => {
                 let from = u32::from(from) % n;
-                let mut w = header(FrameKind::BcastRequest, task, from);
+                let mut w = header(FrameKind::BcastRequest, task, root, n, from);
                 w.put_varint(u64::from(tree % 8));
                 let gaps: Vec<u8> = outputs.iter().map(|&(gap, _)| gap).collect();
                 set_bytes(&mut w, &gaps);
@@ -492,7 +532,7 @@ fuzz_target!(|input: Input| {
                 chunk,
             } => {
                 let from = u32::from(from) % n;
-                let mut w = header(FrameKind::BcastData, task, from);
+                let mut w = header(FrameKind::BcastData, task, root, n, from);
                 w.put_varint(u64::from(output % 8))
                     .put_varint(u64::from(total))
                     .put_varint(u64::from(offset))
@@ -522,7 +562,7 @@ fuzz_target!(|input: Input| {
                 Vec::new()
             }
             Step::Forget { at, task } => {
-                machines[usize::from(at) % n as usize].forget(u32::from(task % 4));
+                machines[usize::from(at) % n as usize].forget(TaskId::new(root, u64::from(task % 4)));
                 Vec::new()
             }
         };

@@ -203,17 +203,7 @@ fn launch(cli: &Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Outcome::Stopped { reason, .. } => Err(Failure::Job(reason)),
-        Outcome::TimedOut { limit } => Err(Failure::Job(format!(
-            "the job ran past {} s and was killed",
-            limit.as_secs()
-        ))),
-        Outcome::Interrupted { signal } => Err(Failure::Job(format!(
-            "interrupted by signal {signal}; the ranks were stopped"
-        ))),
-        other => Err(Failure::Job(format!(
-            "the job ended unexpectedly: {other:?}"
-        ))),
+        outcome => Err(Failure::Job(outcome.to_string())),
     }
 }
 

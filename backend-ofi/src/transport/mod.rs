@@ -36,7 +36,7 @@
 //! - **receive**: `recv_depth` buffers of `max_frame` bytes are posted for any source. A
 //!   completion names its buffer; [`OfiTransport::try_recv`] lends a short frame out of
 //!   it and posts the buffer again at the next call that takes `&mut self`, and hands a
-//!   frame of at least [`HAND_OVER_FROM`](recv::HAND_OVER_FROM) bytes over with its
+//!   frame of at least [`HAND_OVER_FROM`] bytes over with its
 //!   buffer ([`Received::Owned`]), posting a fresh one in its place, so a broadcast
 //!   chunk is kept without a copy. A message longer
 //!   than `max_frame` completes with `FI_ETRUNC` and is reported as
@@ -148,6 +148,7 @@ pub use config::{
     OfiConfig, DEFAULT_CHUNK_BYTES, DEFAULT_PROVIDER, DEFAULT_RECV_DEPTH, DEFAULT_RMA_THRESHOLD,
 };
 pub use error::OfiError;
+pub use recv::HAND_OVER_FROM;
 pub use stats::OfiStats;
 
 use endpoint::CqSignal;

@@ -55,7 +55,7 @@ pub struct OfiStats {
     /// Control messages refused as malformed or stale ([`crate::rma::ControlError`]).
     pub bad_control: u64,
     /// Frames handed over with their buffer (at least
-    /// [`HAND_OVER_FROM`](super::recv::HAND_OVER_FROM) bytes, or read by RMA): kept
+    /// [`HAND_OVER_FROM`](crate::HAND_OVER_FROM) bytes, or read by RMA): kept
     /// by the receiver without a copy.
     pub frames_handed_over: u64,
 }

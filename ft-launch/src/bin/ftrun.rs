@@ -145,21 +145,15 @@ fn verdict(report: &Report) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Outcome::Stopped { rank, reason } => {
-            eprintln!("ftrun: {reason}");
-            ExitCode::from(report.exit(*rank).map_or(1, Exit::failure_code))
+        outcome => {
+            eprintln!("ftrun: {outcome}");
+            match *outcome {
+                Outcome::Stopped { rank, .. } => {
+                    ExitCode::from(report.exit(rank).map_or(1, Exit::failure_code))
+                }
+                Outcome::Interrupted { signal } => ft_launch::exit_like_signal(signal),
+                _ => ExitCode::FAILURE,
+            }
         }
-        Outcome::TimedOut { limit } => {
-            eprintln!(
-                "ftrun: the job ran past {} s and was killed",
-                limit.as_secs()
-            );
-            ExitCode::FAILURE
-        }
-        Outcome::Interrupted { signal } => {
-            eprintln!("ftrun: interrupted by signal {signal}; the ranks were stopped");
-            ft_launch::exit_like_signal(*signal)
-        }
-        _ => ExitCode::FAILURE,
     }
 }
