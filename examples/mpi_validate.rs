@@ -1,7 +1,8 @@
 //! One rank of an MPI job, opened over `MPI_COMM_WORLD` with `ft::mpi::open`. With
 //! `--kill R`, rank `R` dies by SIGKILL after a first validation; the others wait until
 //! their detector declares it, agree on `G` with `validate_global`, and each prints one
-//! line. Without `--kill`, every rank prints `G = []`: the failure-free run that any MPI
+//! line; then the survivors send each other messages in a ring (`ft_examples::run_job`)
+//! and print a second line. Without `--kill`, every rank prints `G = []`: the failure-free run that any MPI
 //! passes, MPICH's included.
 //!
 //! Run (`MPICC` names the MPI): `cargo build --release -p ft-examples --features ft-examples/mpi --example mpi_validate`,
@@ -22,7 +23,7 @@ fn main() {
         "MPI offers {threading:?}"
     );
     let handle = ft::mpi::open(&universe.world(), &Settings::default()).expect("the rank opens");
-    ft_examples::validate_with_kill(&handle, kill);
+    ft_examples::run_job(&handle, kill);
     handle
         .shutdown(Duration::from_millis(200))
         .expect("shut down");

@@ -1,22 +1,24 @@
 //! [`RankStack`]: one rank's whole protocol stack, the failure layer
 //! ([`ft_core::node::Node`]: failure view, detector, agreement) under the broadcast
-//! activation machine ([`Broadcaster`]), behind the library's one state-machine face.
+//! activation machine ([`Broadcaster`]) and the application's messages
+//! ([`Messenger`]), behind the library's one state-machine face.
 //!
 //! Routing: the stack decodes each frame's header once, rejects frames whose sender
 //! this rank knows to be dead ([`FrameError::FromFailedRank`]), and hands `"bcast"`
-//! frames to the broadcaster and every other family (detector, agreement, revoke) to
-//! the node.
+//! frames to the broadcaster, `"message"` frames to the messenger and every other
+//! family (detector, agreement, revoke) to the node.
 //!
 //! Invariants, after every call:
-//! - every rank the node knows dead (`L_i ∪ pending`) is dead for the broadcaster too:
+//! - every rank the node knows dead (`L_i ∪ pending`) is dead for the broadcaster and
+//!   the messenger too:
 //!   each failure the node reports ([`NodeEvent::Suspected`], [`NodeEvent::Learned`])
 //!   goes to [`Broadcaster::on_rank_failed`] within the same call, so repair starts at
 //!   once; other node events (validations) re-sync the whole known-failed set, which
 //!   also covers ranks first heard of through an agreement;
-//! - the broadcaster is created on first use (a broadcast started here, or a first
-//!   broadcast frame), already knowing every rank the node knows dead: a rank that
-//!   never takes part in a broadcast pays one pointer for it (simulations of millions
-//!   of ranks);
+//! - the broadcaster and the messenger are created on first use (a broadcast started
+//!   or a message sent here, or a first frame of theirs), already knowing every rank
+//!   the node knows dead: a rank that never takes part in a broadcast or a message pays
+//!   one pointer for each (simulations of millions of ranks);
 //! - once the node is stopped (it learned it was declared dead), the whole stack is:
 //!   it sends nothing, sets no timer and ignores every input; events already raised can
 //!   still be polled.
@@ -27,7 +29,8 @@
 //! `handle_message_owned`, whose broadcast chunks are kept without a copy),
 //! `handle_timeout` and application commands ([`RankStack::start_broadcast`],
 //! [`RankStack::validate_local`], [`RankStack::validate_global`]); after each, drain
-//! [`Protocol::poll_transmit`] (node frames first, then broadcast frames), then
+//! [`Protocol::poll_transmit`] (node frames first, then broadcast frames and message
+//! fragments, taking turns), then
 //! [`Protocol::poll_event`]; then sleep until the next frame or
 //! [`Protocol::poll_timeout`] (the earlier of both layers' deadlines).
 //!
@@ -58,6 +61,8 @@ use ft_core::{
     TransmitParts, ViewError,
 };
 
+use ft_core::messages::{Message, MessageStats, Messenger, MessengerConfig, SendError};
+
 use crate::plan::Plan;
 use crate::protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config, TaskId};
 use crate::spec::{PlanSpec, SpecError};
@@ -70,6 +75,8 @@ pub enum StackEvent {
     Node(NodeEvent),
     /// An event of the broadcast layer.
     Bcast(BcastEvent),
+    /// A message for the application.
+    Message(Message),
 }
 
 /// An application command the stack refused; nothing changed.
@@ -82,6 +89,8 @@ pub enum StackError {
     Spec(SpecError),
     /// The broadcaster refused the plan or the payloads.
     Bcast(BcastError),
+    /// The messenger refused the message.
+    Send(SendError),
 }
 
 impl fmt::Display for StackError {
@@ -90,6 +99,7 @@ impl fmt::Display for StackError {
             StackError::Node(e) => write!(f, "{e}"),
             StackError::Spec(e) => write!(f, "invalid broadcast: {e}"),
             StackError::Bcast(e) => write!(f, "broadcast refused: {e}"),
+            StackError::Send(e) => write!(f, "message refused: {e}"),
         }
     }
 }
@@ -104,6 +114,11 @@ pub struct RankStack {
     /// Created on first use (see the invariants).
     bcast: Option<Box<Broadcaster>>,
     bcast_config: Config,
+    /// Created on first use (see the invariants).
+    messages: Option<Box<Messenger>>,
+    /// Whether the next poll offers the messenger's fragments before the broadcaster's
+    /// frames (they take turns).
+    messages_first: bool,
     events: VecDeque<StackEvent>,
 }
 
@@ -132,6 +147,8 @@ impl RankStack {
             node: Node::new(detector, now),
             bcast: None,
             bcast_config: bcast,
+            messages: None,
+            messages_first: false,
             events: VecDeque::new(),
         }
     }
@@ -249,6 +266,29 @@ impl RankStack {
         result
     }
 
+    /// Sends `bytes` to rank `to` under `tag` (handed over once: every fragment sent is
+    /// a slice of it): see [`Messenger::send`]. Refused for a rank known dead.
+    pub fn send(&mut self, to: Rank, tag: u64, bytes: Bytes) -> Result<(), StackError> {
+        if self.node.is_stopped() {
+            return Err(StackError::Node(NodeError::Stopped));
+        }
+        self.messenger_mut()
+            .send(to, tag, bytes)
+            .map_err(StackError::Send)?;
+        // A message to this rank itself is delivered at once.
+        while let Some(m) = self.messenger_mut().poll_message() {
+            self.events.push_back(StackEvent::Message(m));
+        }
+        Ok(())
+    }
+
+    /// What the messenger sent, received and copied.
+    pub fn message_stats(&self) -> MessageStats {
+        self.messages
+            .as_ref()
+            .map_or_else(MessageStats::default, |m| m.stats())
+    }
+
     /// Drops everything this rank keeps for broadcast `task` (payloads, served sets):
     /// see [Releasing broadcasts](self#releasing-broadcasts). Idempotent.
     pub fn release(&mut self, task: TaskId) {
@@ -267,6 +307,9 @@ impl RankStack {
         self.bcast_config.chunk_bytes = bytes;
         if let Some(bcast) = self.bcast.as_mut() {
             bcast.set_chunk_bytes(bytes);
+        }
+        if let Some(messages) = self.messages.as_mut() {
+            messages.set_fragment_bytes(bytes);
         }
     }
 
@@ -322,21 +365,82 @@ impl RankStack {
         }
         // One decode serves every layer: each takes the checked header and the payload.
         let (header, payload) = Header::decode(bytes, self.context(), from)?;
-        if header.kind.family() == Family::Bcast {
-            // The node refuses frames of ranks it knows dead itself; bcast frames skip it.
-            if self.node.detector().known_dead().contains(header.sender) {
-                return Err(FrameError::FromFailedRank(header.sender));
-            }
-            let bcast = self.broadcaster_mut(now);
-            match frame {
-                Some(frame) => bcast.handle_frame_owned(now, &header, payload, frame),
-                None => bcast.handle_frame(now, &header, payload),
-            }
-        } else {
+        let family = header.kind.family();
+        if !matches!(family, Family::Bcast | Family::Message) {
             let result = self.node.handle_frame(now, &header, payload);
             self.absorb_node(now);
-            result
+            return result;
         }
+        // The node refuses frames of ranks it knows dead itself; the layers above
+        // skip it.
+        if self.node.detector().known_dead().contains(header.sender) {
+            return Err(FrameError::FromFailedRank(header.sender));
+        }
+        if family == Family::Message {
+            let messages = self.messenger_mut();
+            let result = messages.handle_frame(&header, payload, frame);
+            self.take_messages();
+            return result;
+        }
+        let bcast = self.broadcaster_mut(now);
+        match frame {
+            Some(frame) => bcast.handle_frame_owned(now, &header, payload, frame),
+            None => bcast.handle_frame(now, &header, payload),
+        }
+    }
+
+    /// The messenger, created (knowing every rank the node knows dead) if need be.
+    fn messenger_mut(&mut self) -> &mut Messenger {
+        let (node, config) = (&self.node, self.bcast_config);
+        self.messages.get_or_insert_with(|| {
+            let mut cfg = MessengerConfig::new(config.comm, config.n, config.me);
+            cfg.fragment_bytes = config.chunk_bytes;
+            let mut messages = Messenger::new(cfg);
+            for rank in node.view().known_failed().iter() {
+                messages.on_rank_failed(rank);
+            }
+            Box::new(messages)
+        })
+    }
+
+    /// Moves the messages delivered to the stack's events.
+    fn take_messages(&mut self) {
+        if let Some(messages) = self.messages.as_mut() {
+            while let Some(m) = messages.poll_message() {
+                self.events.push_back(StackEvent::Message(m));
+            }
+        }
+    }
+
+    /// The next frame of the broadcaster or the messenger, taking turns.
+    fn poll_upper(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        split: bool,
+    ) -> Result<Option<TransmitParts>, BufferTooShort> {
+        if self.node.is_stopped() {
+            return Ok(None);
+        }
+        self.messages_first = !self.messages_first;
+        for messages_turn in [self.messages_first, !self.messages_first] {
+            let next = if messages_turn {
+                match self.messages.as_deref_mut() {
+                    Some(m) => m.poll_transmit_parts(buf, split)?,
+                    None => None,
+                }
+            } else {
+                match self.bcast.as_deref_mut() {
+                    Some(b) if split => b.poll_transmit_parts(now, buf)?,
+                    Some(b) => b.poll_transmit(now, buf)?.map(TransmitParts::from),
+                    None => None,
+                }
+            };
+            if next.is_some() {
+                return Ok(next);
+            }
+        }
+        Ok(None)
     }
 
     /// The communicator frames are checked against.
@@ -376,14 +480,6 @@ impl RankStack {
         self.node.poll_transmit(now, buf)
     }
 
-    /// The broadcaster, if there is one and the stack still sends.
-    fn sending_broadcaster(&mut self) -> Option<&mut Broadcaster> {
-        if self.node.is_stopped() {
-            return None;
-        }
-        self.bcast.as_deref_mut()
-    }
-
     /// Moves the node's events to the stack's queue, telling the broadcaster of every
     /// failure among them.
     fn absorb_node(&mut self, now: Instant) {
@@ -392,6 +488,9 @@ impl RankStack {
                 NodeEvent::Suspected { rank } | NodeEvent::Learned { rank, .. } => {
                     if let Some(bcast) = self.bcast.as_mut() {
                         bcast.on_rank_failed(now, rank);
+                    }
+                    if let Some(messages) = self.messages.as_mut() {
+                        messages.on_rank_failed(rank);
                     }
                 }
                 NodeEvent::DeclaredDeadSelf { .. } => {}
@@ -403,9 +502,12 @@ impl RankStack {
                 // Validations (a global one may teach ranks never reported here one by
                 // one): re-sync; `on_rank_failed` ignores ranks it already knows.
                 _ => {
-                    if let Some(bcast) = self.bcast.as_mut() {
-                        for rank in self.node.view().known_failed().iter() {
+                    for rank in self.node.view().known_failed().iter() {
+                        if let Some(bcast) = self.bcast.as_mut() {
                             bcast.on_rank_failed(now, rank);
+                        }
+                        if let Some(messages) = self.messages.as_mut() {
+                            messages.on_rank_failed(rank);
                         }
                     }
                 }
@@ -447,12 +549,14 @@ impl Protocol for RankStack {
             return None;
         }
         let (header, reader) = Header::decode(head, self.context(), from).ok()?;
-        if header.kind.family() != Family::Bcast
-            || self.node.detector().known_dead().contains(header.sender)
-        {
+        if self.node.detector().known_dead().contains(header.sender) {
             return None;
         }
-        self.bcast.as_mut()?.place_frame(&header, reader, len)
+        match header.kind.family() {
+            Family::Bcast => self.bcast.as_mut()?.place_frame(&header, reader, len),
+            Family::Message => self.messenger_mut().place_frame(&header, reader, len),
+            _ => None,
+        }
     }
 
     fn handle_message_placed(
@@ -469,15 +573,23 @@ impl Protocol for RankStack {
         if self.node.detector().known_dead().contains(header.sender) {
             return Err(FrameError::FromFailedRank(header.sender));
         }
-        match self.bcast.as_mut() {
-            Some(bcast) => bcast.handle_frame_placed(&header, reader, payload),
-            // Only the broadcaster places payloads: a stack without one gave no slot.
-            None => Err(FrameError::Malformed("a placed payload nobody asked for")),
+        let family = header.kind.family();
+        match (family, self.bcast.as_mut(), self.messages.as_mut()) {
+            (Family::Bcast, Some(bcast), _) => bcast.handle_frame_placed(&header, reader, payload),
+            (Family::Message, _, Some(messages)) => {
+                let result = messages.handle_frame_placed(&header, reader, payload);
+                self.take_messages();
+                result
+            }
+            // Only these two place payloads: a stack without the one asked gave no slot.
+            _ => Err(FrameError::Malformed("a placed payload nobody asked for")),
         }
     }
 
     fn placement_lost(&mut self, _now: Instant, slot: Slot) {
-        if let Some(bcast) = self.bcast.as_mut() {
+        if let Some(messages) = self.messages.as_mut().filter(|m| m.holds(&slot)) {
+            messages.slot_lost(slot);
+        } else if let Some(bcast) = self.bcast.as_mut() {
             bcast.slot_lost(slot);
         }
     }
@@ -501,13 +613,14 @@ impl Protocol for RankStack {
         if let Some(t) = self.poll_node(now, buf)? {
             return Ok(Some(t));
         }
-        match self.sending_broadcaster() {
-            Some(bcast) => bcast.poll_transmit(now, buf),
-            None => Ok(None),
-        }
+        Ok(self.poll_upper(now, buf, false)?.map(|t| Transmit {
+            to: t.to,
+            len: t.head,
+        }))
     }
 
-    /// As `poll_transmit` (node frames first), broadcast data as shared payloads.
+    /// As `poll_transmit` (node frames first), broadcast data and message fragments as
+    /// shared payloads.
     fn poll_transmit_parts(
         &mut self,
         now: Instant,
@@ -516,10 +629,7 @@ impl Protocol for RankStack {
         if let Some(t) = self.poll_node(now, buf)? {
             return Ok(Some(t.into()));
         }
-        match self.sending_broadcaster() {
-            Some(bcast) => bcast.poll_transmit_parts(now, buf),
-            None => Ok(None),
-        }
+        self.poll_upper(now, buf, true)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

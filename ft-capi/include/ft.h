@@ -136,6 +136,10 @@
 // `ft_event.kind`: the queue was full; `dropped` events were lost in this place.
 #define FT_EVENT_OVERFLOWED 8
 
+// `ft_event.kind`: rank `rank` sent this rank `data` (`data_len` bytes) under `tag`
+// (`ft_send`); messages from one rank come in the order it sent them.
+#define FT_EVENT_MESSAGE 9
+
 // One rank's handle (opaque): its protocol stack on its own progress thread.
 typedef struct ft_handle ft_handle;
 
@@ -218,7 +222,8 @@ typedef struct ft_event {
   uint32_t tree;
   // The output (`OUTPUT_READY`).
   uint32_t output;
-  // The failed rank (`RANK_FAILED`) or the revoking one (`REVOKED`).
+  // The failed rank (`RANK_FAILED`), the revoking one (`REVOKED`) or the sender
+  // (`MESSAGE`).
   uint32_t rank;
   // The validation's epoch (`VALIDATED`).
   uint32_t epoch;
@@ -247,9 +252,15 @@ typedef struct ft_event {
   const uint8_t *header;
   // Its length.
   uint64_t header_len;
-  // The library's reference to the header's buffer (do not touch; `ft_event_done`
-  // drops it).
-  void *header_owner;
+  // The sender's tag (`MESSAGE`).
+  uint64_t tag;
+  // The message (`MESSAGE`; null when empty): the library's buffer, not a copy.
+  const uint8_t *data;
+  // Its length.
+  uint64_t data_len;
+  // The library's reference to the buffer behind `header` or `data` (do not touch;
+  // `ft_event_done` drops it).
+  void *owner;
 } ft_event;
 
 #ifdef __cplusplus
@@ -433,6 +444,25 @@ int ft_bcast_start(const struct ft_handle *h,
                    int strategy,
                    uint32_t noutputs,
                    const struct ft_bcast_output *outputs);
+
+// Sends the `len` bytes at `data` to rank `to` under `tag`: they arrive there as an
+// `FT_EVENT_MESSAGE`, after every message this rank sent `to` before. With a
+// `release` callback the buffer is lent (sent in place, released once when sent or
+// dropped; see `ft_release_fn`), else copied before this returns. `FT_ERR_RANK` for a
+// rank out of range, `FT_ERR_REFUSED` for a rank known dead (nothing is sent; the
+// buffer is released at once). Thread-safe; blocks for one turn of the progress
+// thread.
+//
+// # Safety
+// `h` is null or an open handle; `data` is valid for `len` reads (until its `release`
+// if set).
+int ft_send(const struct ft_handle *h,
+            uint32_t to,
+            uint64_t tag,
+            const uint8_t *data,
+            uint64_t len,
+            ft_release_fn release,
+            void *release_arg);
 
 // Waits until this rank holds output `output` of broadcast (`root`, `key`), then
 // hands over the library's buffer of it without a copy: `out->data`, `out->len`,

@@ -1,6 +1,7 @@
-//! Broadcasts in C: `ft_bcast_start` at the root, `ft_bcast_take` (no copy) or
-//! `ft_bcast_wait` (into the caller's buffer) at a destination, `ft_bcast_release`,
-//! and `ft_bcast_copies` to count what was copied.
+//! Broadcasts and messages in C: `ft_bcast_start` at the root, `ft_bcast_take` (no
+//! copy) or `ft_bcast_wait` (into the caller's buffer) at a destination,
+//! `ft_bcast_release`, `ft_send` for a message, and `ft_bcast_copies` to count what was
+//! copied.
 //!
 //! **Who owns which buffer.**
 //! - At the root, an output whose `release` callback is set stays the caller's: the
@@ -131,6 +132,41 @@ impl Drop for CallerBuffer {
     }
 }
 
+/// The caller's `bytes` bytes at `data` as a buffer the library keeps: lent (no copy)
+/// with a `release` callback, else copied (the second value: the bytes copied).
+///
+/// # Safety
+/// `data` is readable for `bytes` bytes (until `release` is called, if set).
+pub(crate) unsafe fn caller_bytes(
+    data: *const u8,
+    bytes: u64,
+    release: ft_release_fn,
+    arg: *mut c_void,
+) -> Result<(Bytes, u64), c_int> {
+    let len = usize::try_from(bytes).map_err(|_| FT_ERR_ARG)?;
+    match release {
+        Some(release) if len > 0 && !data.is_null() => Ok((
+            Bytes::from_owner(CallerBuffer {
+                data,
+                len,
+                release,
+                arg,
+            }),
+            0,
+        )),
+        release => {
+            // SAFETY: the caller's contract.
+            let copy = Bytes::copy_from_slice(unsafe { slice(data, len) }?);
+            if let Some(release) = release {
+                // SAFETY: an empty (or null) buffer is done with at once.
+                unsafe { release(arg, data, bytes) };
+            }
+            let copied = copy.len() as u64;
+            Ok((copy, copied))
+        }
+    }
+}
+
 fn topology_of(topology: c_int, arity: u32) -> Result<Topology, c_int> {
     match topology {
         FT_TOPO_STAR => Ok(Topology::Star),
@@ -214,27 +250,17 @@ pub unsafe extern "C" fn ft_bcast_start(
         let mut payloads = Vec::with_capacity(outputs.len());
         let mut copied = 0u64;
         for output in outputs {
-            let len = usize::try_from(output.bytes).map_err(|_| FT_ERR_ARG)?;
-            payloads.push(match output.release {
-                Some(release) if len > 0 && !output.data.is_null() => {
-                    Bytes::from_owner(CallerBuffer {
-                        data: output.data,
-                        len,
-                        release,
-                        arg: output.release_arg,
-                    })
-                }
-                release => {
-                    // SAFETY: the caller's contract.
-                    let bytes = Bytes::copy_from_slice(unsafe { slice(output.data, len) }?);
-                    copied += bytes.len() as u64;
-                    if let Some(release) = release {
-                        // SAFETY: an empty (or null) buffer is done with at once.
-                        unsafe { release(output.release_arg, output.data, output.bytes) };
-                    }
-                    bytes
-                }
-            });
+            // SAFETY: the caller's contract.
+            let (bytes, copies) = unsafe {
+                caller_bytes(
+                    output.data,
+                    output.bytes,
+                    output.release,
+                    output.release_arg,
+                )
+            }?;
+            payloads.push(bytes);
+            copied += copies;
         }
         let mut spec = PlanSpec::new(view.size(), view.rank())
             .with_topology(topology_of(topology, arity)?)
@@ -255,6 +281,38 @@ pub unsafe extern "C" fn ft_bcast_start(
         runtime
             .start_with_header(key, header, spec, payloads)
             .map_err(|e| code_of(&e))?;
+        api_copies(runtime, copied);
+        Ok(())
+    })
+}
+
+/// Sends the `len` bytes at `data` to rank `to` under `tag`: they arrive there as an
+/// `FT_EVENT_MESSAGE`, after every message this rank sent `to` before. With a
+/// `release` callback the buffer is lent (sent in place, released once when sent or
+/// dropped; see `ft_release_fn`), else copied before this returns. `FT_ERR_RANK` for a
+/// rank out of range, `FT_ERR_REFUSED` for a rank known dead (nothing is sent; the
+/// buffer is released at once). Thread-safe; blocks for one turn of the progress
+/// thread.
+///
+/// # Safety
+/// `h` is null or an open handle; `data` is valid for `len` reads (until its `release`
+/// if set).
+#[no_mangle]
+pub unsafe extern "C" fn ft_send(
+    h: *const ft_handle,
+    to: u32,
+    tag: u64,
+    data: *const u8,
+    len: u64,
+    release: ft_release_fn,
+    release_arg: *mut c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let runtime = unsafe { runtime(h) }?;
+        // SAFETY: the caller's contract.
+        let (bytes, copied) = unsafe { caller_bytes(data, len, release, release_arg) }?;
+        runtime.send(to, tag, bytes).map_err(|e| code_of(&e))?;
         api_copies(runtime, copied);
         Ok(())
     })

@@ -1,13 +1,14 @@
 //! The event queue in C: `ft_next_event` fills a tagged [`ft_event`]; its arrays
 //! (the outputs of an arrival, the ranks of a validation) live in one allocation the
-//! event owns until `ft_event_done`, and an arrival's header is the library's buffer
-//! (the frame it came in), referenced by the event until then; `ft_event_fd` gives
-//! the eventfd that polls readable while events are queued.
+//! event owns until `ft_event_done`, and an arrival's header or a message's bytes are
+//! the library's buffer (the frame they came in), referenced by the event until then;
+//! `ft_event_fd` gives the eventfd that polls readable while events are queued.
 //!
 //! Invariant: an `ft_event` the library filled owns at most one array allocation
 //! (`storage`, `storage_len` u32s, which `outputs`, `failed` and `added` point into;
-//! else `storage` and every array pointer are null) and at most one header reference
-//! (`header_owner`, a boxed `Bytes` that `header` points into; else both null);
+//! else `storage` and every array pointer are null) and at most one buffer reference
+//! (`owner`, a boxed `Bytes` that `header` or `data` points into; else all three
+//! null);
 //! `ft_event_done` frees each once and nulls the pointers, so a second `ft_event_done`
 //! is harmless.
 
@@ -42,6 +43,9 @@ pub const FT_EVENT_VALIDATED: u32 = 6;
 pub const FT_EVENT_REVOKED: u32 = 7;
 /// `ft_event.kind`: the queue was full; `dropped` events were lost in this place.
 pub const FT_EVENT_OVERFLOWED: u32 = 8;
+/// `ft_event.kind`: rank `rank` sent this rank `data` (`data_len` bytes) under `tag`
+/// (`ft_send`); messages from one rank come in the order it sent them.
+pub const FT_EVENT_MESSAGE: u32 = 9;
 
 /// One event (see `FT_EVENT_*` for which fields each kind sets; the others are 0 or
 /// null). The arrays stay valid until `ft_event_done`.
@@ -59,7 +63,8 @@ pub struct ft_event {
     pub tree: u32,
     /// The output (`OUTPUT_READY`).
     pub output: u32,
-    /// The failed rank (`RANK_FAILED`) or the revoking one (`REVOKED`).
+    /// The failed rank (`RANK_FAILED`), the revoking one (`REVOKED`) or the sender
+    /// (`MESSAGE`).
     pub rank: u32,
     /// The validation's epoch (`VALIDATED`).
     pub epoch: u32,
@@ -88,9 +93,15 @@ pub struct ft_event {
     pub header: *const u8,
     /// Its length.
     pub header_len: u64,
-    /// The library's reference to the header's buffer (do not touch; `ft_event_done`
-    /// drops it).
-    pub header_owner: *mut c_void,
+    /// The sender's tag (`MESSAGE`).
+    pub tag: u64,
+    /// The message (`MESSAGE`; null when empty): the library's buffer, not a copy.
+    pub data: *const u8,
+    /// Its length.
+    pub data_len: u64,
+    /// The library's reference to the buffer behind `header` or `data` (do not touch;
+    /// `ft_event_done` drops it).
+    pub owner: *mut c_void,
 }
 
 impl ft_event {
@@ -115,7 +126,10 @@ impl ft_event {
             storage_len: 0,
             header: std::ptr::null(),
             header_len: 0,
-            header_owner: std::ptr::null_mut(),
+            tag: 0,
+            data: std::ptr::null(),
+            data_len: 0,
+            owner: std::ptr::null_mut(),
         }
     }
 
@@ -126,13 +140,15 @@ impl ft_event {
         ev
     }
 
-    /// Keeps `header` referenced by the event (no copy) until `ft_event_done`.
-    fn hold_header(&mut self, header: Bytes) {
-        if header.is_empty() {
-            return;
+    /// Keeps `bytes` referenced by the event (no copy) until `ft_event_done`; where
+    /// they start and their length (null and 0 when empty).
+    fn hold(&mut self, bytes: Bytes) -> (*const u8, u64) {
+        if bytes.is_empty() {
+            return (std::ptr::null(), 0);
         }
-        (self.header, self.header_len) = (header.as_ptr(), header.len() as u64);
-        self.header_owner = Box::into_raw(Box::new(header)).cast::<c_void>();
+        let at = (bytes.as_ptr(), bytes.len() as u64);
+        self.owner = Box::into_raw(Box::new(bytes)).cast::<c_void>();
+        at
     }
 
     /// Moves `lists` into one allocation owned by the event; the start of each list in
@@ -178,7 +194,7 @@ fn event_of(event: Event) -> ft_event {
             ev.tree = tree;
             let lists = ev.own(&[outputs.iter().collect()]);
             (ev.outputs, ev.noutputs) = lists[0];
-            ev.hold_header(header);
+            (ev.header, ev.header_len) = ev.hold(header);
             ev
         }
         Event::OutputReady { task, output } => {
@@ -210,6 +226,12 @@ fn event_of(event: Event) -> ft_event {
         Event::Revoked { by } => {
             let mut ev = ft_event::empty(FT_EVENT_REVOKED);
             ev.rank = by;
+            ev
+        }
+        Event::Message { from, tag, bytes } => {
+            let mut ev = ft_event::empty(FT_EVENT_MESSAGE);
+            (ev.rank, ev.tag) = (from, tag);
+            (ev.data, ev.data_len) = ev.hold(bytes);
             ev
         }
         Event::Overflowed { dropped } => {
@@ -283,10 +305,10 @@ pub unsafe extern "C" fn ft_event_done(h: *const ft_handle, ev: *mut ft_event) -
             // u32s, freed once (nulled below).
             drop(unsafe { Box::from_raw(slice) });
         }
-        if !ev.header_owner.is_null() {
-            // SAFETY: `header_owner` is the boxed `Bytes` `hold_header` leaked, freed
-            // once (nulled below).
-            drop(unsafe { Box::from_raw(ev.header_owner.cast::<Bytes>()) });
+        if !ev.owner.is_null() {
+            // SAFETY: `owner` is the boxed `Bytes` `hold` leaked, freed once (nulled
+            // below).
+            drop(unsafe { Box::from_raw(ev.owner.cast::<Bytes>()) });
         }
         let kind = ev.kind;
         *ev = ft_event::empty(kind);

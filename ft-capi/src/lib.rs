@@ -153,6 +153,9 @@ fn code_of(e: &RuntimeError) -> c_int {
         RuntimeError::Stack(StackError::Node(NodeError::Stopped)) => FT_ERR_STOPPED,
         RuntimeError::Stack(StackError::Spec(_)) => FT_ERR_ARG,
         RuntimeError::Stack(StackError::Bcast(ft::BcastError::Revoked)) => FT_ERR_REVOKED,
+        RuntimeError::Stack(StackError::Send(ft::ft_core::SendError::RankOutOfRange {
+            ..
+        })) => FT_ERR_RANK,
         RuntimeError::Stack(_) => FT_ERR_REFUSED,
         RuntimeError::View(e) => view_code(e),
         RuntimeError::Abandoned { .. } => FT_ERR_ABANDONED,

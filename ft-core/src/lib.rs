@@ -29,6 +29,7 @@ pub mod detector;
 pub mod error;
 pub mod landing;
 pub mod machine;
+pub mod messages;
 pub mod node;
 pub mod rank;
 pub mod rankset;
@@ -41,7 +42,10 @@ pub mod wire;
 
 pub use error::{BufferTooShort, FrameError, ViewError};
 pub use landing::{Filled, Landing, Slot};
-pub use machine::{Bytes, HeldHead, HeldHeads, Promise, Protocol, Transmit, TransmitParts};
+pub use machine::{
+    slice_of_frame, Bytes, HeldHead, HeldHeads, Promise, Protocol, Transmit, TransmitParts,
+};
+pub use messages::{Message, MessageStats, Messenger, MessengerConfig, SendError};
 pub use rank::{Modifier, Rank, RankInfo, RankState, Scope, StateMask};
 pub use rankset::{Members, RankSet};
 pub use rng::SplitMix;

@@ -62,6 +62,15 @@
 
 pub use bytes::Bytes;
 
+/// `part` as a slice of `frame` (no copy) if it lies within it; `None` if it does not
+/// (a reader over other bytes than `frame`). Address arithmetic only: nothing is read.
+pub fn slice_of_frame(frame: &Bytes, part: &[u8]) -> Option<Bytes> {
+    // A part outside the frame makes the subtraction wrap and fails the bounds check.
+    let start = (part.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
+    let within = start <= frame.len() && part.len() <= frame.len() - start;
+    within.then(|| frame.slice(start..start + part.len()))
+}
+
 use alloc::vec::Vec;
 
 use crate::error::{BufferTooShort, FrameError};

@@ -368,7 +368,9 @@ impl Node {
                 Ok(())
             }
             // Bcast frames belong to the broadcast layer stacked above this node.
-            Family::Agree | Family::Bcast => Err(FrameError::UnexpectedKind(header.kind as u8)),
+            Family::Agree | Family::Bcast | Family::Message => {
+                Err(FrameError::UnexpectedKind(header.kind as u8))
+            }
         }
     }
 }

@@ -58,7 +58,8 @@ pub const fn frame_capacity_for(n: u32, chunk: usize) -> usize {
 /// Every frame kind of every protocol, in one registry so decoding can reject unknown ones.
 ///
 /// Ranges: 1..=15 failure detector and communicator control, 16..=31 agreement
-/// (`validate_global`), 32..=47 broadcast activation protocol.
+/// (`validate_global`), 32..=47 broadcast activation protocol, 48..=63 the
+/// application's messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[non_exhaustive]
@@ -93,6 +94,8 @@ pub enum FrameKind {
     BcastRequest = 34,
     /// Broadcast: one chunk (at most `MAX_CHUNK` bytes) of an output.
     BcastData = 35,
+    /// Message: one fragment of an application message ([`crate::messages`]).
+    Message = 48,
 }
 
 impl FrameKind {
@@ -113,6 +116,7 @@ impl FrameKind {
         FrameKind::BcastSubtree,
         FrameKind::BcastRequest,
         FrameKind::BcastData,
+        FrameKind::Message,
     ];
 
     /// The protocol family the kind belongs to, by code range: what a layer dispatches
@@ -122,7 +126,8 @@ impl FrameKind {
             4 => Family::Revoke,
             1..=15 => Family::Detector,
             16..=31 => Family::Agree,
-            _ => Family::Bcast,
+            32..=47 => Family::Bcast,
+            _ => Family::Message,
         }
     }
 
@@ -148,25 +153,29 @@ pub enum Family {
     Agree,
     /// The broadcast activation protocol.
     Bcast,
+    /// The application's messages.
+    Message,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 5] = [
         Family::Detector,
         Family::Agree,
         Family::Bcast,
         Family::Revoke,
+        Family::Message,
     ];
 
     /// The family's name in scenario files and reports: `"detector"`, `"agree"`,
-    /// `"bcast"` or `"revoke"`.
+    /// `"bcast"`, `"revoke"` or `"message"`.
     pub fn name(self) -> &'static str {
         match self {
             Family::Detector => "detector",
             Family::Revoke => "revoke",
             Family::Agree => "agree",
             Family::Bcast => "bcast",
+            Family::Message => "message",
         }
     }
 

@@ -4,8 +4,8 @@
 //! A task runtime learns of a remote task from its activation, not by asking for a task
 //! id it cannot know yet: the queue tells it, in the order this rank learned it, that an
 //! activation arrived ([`Event::Arrived`]), that an output is ready, that a broadcast
-//! cannot complete here, that a rank failed, that the survivors agreed on `G`, and that
-//! the communicator was revoked.
+//! cannot complete here, that a rank failed, that the survivors agreed on `G`, that
+//! the communicator was revoked, and the messages other ranks sent it.
 //!
 //! Invariants (checked by the loom tests under `cfg(loom)`):
 //! - every event pushed is taken exactly once, by one taker, whatever the number of
@@ -94,6 +94,16 @@ pub enum Event {
     Revoked {
         /// The revoking rank.
         by: Rank,
+    },
+    /// Rank `from` sent this rank `bytes` under `tag`
+    /// ([`Runtime::send`](crate::Runtime::send)): in the order `from` sent them.
+    Message {
+        /// The sender.
+        from: Rank,
+        /// The sender's tag.
+        tag: u64,
+        /// The message (the buffer it arrived in, shared: no copy).
+        bytes: Bytes,
     },
     /// The queue was full: `dropped` events were lost here, in this place in the order.
     Overflowed {

@@ -67,6 +67,7 @@ use std::time::{Duration as StdDuration, Instant as WallInstant};
 use ft_bcast::{
     BcastError, BcastEvent, OutputSet, PlanSpec, RankStack, StackError, StackEvent, TaskId,
 };
+use ft_core::messages::Message;
 use ft_core::node::{NodeError, NodeEvent};
 use ft_core::shrink::Survivors;
 use ft_core::view::FailureView;
@@ -305,6 +306,11 @@ enum Command {
         deadline: Option<WallInstant>,
     },
     Release(TaskId),
+    Send {
+        to: Rank,
+        tag: u64,
+        bytes: Bytes,
+    },
     Inspect(Inspection),
     Copies,
     Shutdown {
@@ -508,6 +514,21 @@ impl Runtime {
             Outcome::Outputs(data) => Ok(data),
             _ => unreachable!("wait_outputs completes with the outputs"),
         }
+    }
+
+    /// Sends `bytes` to rank `to` under `tag`; returns once it is queued. It arrives as
+    /// an [`Event::Message`], after every message this rank sent `to` before. The bytes
+    /// are handed over once ([`Bytes`]; a `Vec<u8>` converts without a copy): every
+    /// fragment sent is a slice of them. A send to a rank this rank knows dead fails
+    /// with [`StackError::Send`]
+    /// ([`SendError::DeadRank`](ft_core::SendError::DeadRank)); once a rank is known
+    /// dead, nothing more from it is delivered.
+    pub fn send(&self, to: Rank, tag: u64, bytes: impl Into<Bytes>) -> Result<(), RuntimeError> {
+        self.done(Command::Send {
+            to,
+            tag,
+            bytes: bytes.into(),
+        })
     }
 
     /// Frees everything this rank keeps for broadcast `task` (its payloads included);
@@ -762,6 +783,9 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue)
                         learned.push(Event::Failed { task, error });
                     }
                 }
+                StackEvent::Message(Message { from, tag, bytes }) => {
+                    learned.push(Event::Message { from, tag, bytes });
+                }
                 _ => {}
             }
         }
@@ -861,6 +885,17 @@ fn run_command<E: Engine>(
             });
             serve_outputs(engine, shared, waiting);
             return Ok(None);
+        }
+        Command::Send { to, tag, bytes } => {
+            let mut bytes = Some(bytes);
+            let result = on_stack(engine, |stack, _| {
+                let bytes = bytes.take().expect("the engine runs a command once");
+                stack.send(to, tag, bytes)
+            })?;
+            match result {
+                Ok(()) => Outcome::Done,
+                Err(e) => Outcome::Failed(e.into()),
+            }
         }
         Command::Release(task) => {
             on_stack(engine, |stack, _| stack.release(task))?;

@@ -11,19 +11,10 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use ft::sim::SimGroup;
-use ft::{
-    Event, OutputSet, OutputSpec, PlanSpec, Rank, RankSet, Runtime, Settings, TaskId, Topology,
-};
+use ft::{Event, OutputSet, OutputSpec, PlanSpec, Rank, RankSet, Runtime, TaskId, Topology};
 
-const WAIT: Duration = Duration::from_secs(20);
-
-fn settings() -> Settings {
-    Settings {
-        period: Duration::from_millis(20),
-        timeout: Duration::from_millis(400),
-        ..Settings::default()
-    }
-}
+mod common;
+use common::{settings, WAIT};
 
 /// The next event of `handle`, failing the test after [`WAIT`].
 fn next(handle: &Runtime) -> Event {

@@ -496,17 +496,9 @@ impl<'a> Chunk<'a> {
     /// `chunk` as a slice of `frame` if it lies within it, else borrowed (no frame, or
     /// a reader over other bytes than `frame`).
     pub(super) fn of_frame(frame: Option<&Bytes>, chunk: &'a [u8]) -> Self {
-        let Some(frame) = frame else {
-            return Chunk::Borrowed(chunk);
-        };
-        // Address arithmetic only, nothing dereferenced: a chunk outside the frame
-        // (the subtraction wraps) fails the bounds check.
-        let start = (chunk.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
-        let within = start <= frame.len() && chunk.len() <= frame.len() - start;
-        if within {
-            Chunk::InFrame(frame.slice(start..start + chunk.len()))
-        } else {
-            Chunk::Borrowed(chunk)
+        match frame.and_then(|frame| ft_core::slice_of_frame(frame, chunk)) {
+            Some(bytes) => Chunk::InFrame(bytes),
+            None => Chunk::Borrowed(chunk),
         }
     }
 
