@@ -81,7 +81,8 @@ pub fn message(from: Rank, k: u64) -> Vec<u8> {
 /// The survivors (the ranks outside `dead`) in a ring: each sends [`MESSAGES`] messages
 /// to the next and receives as many from the one before, in the order they were sent
 /// and whole; a send to a dead rank is refused with the typed error, and nothing comes
-/// from one. Prints one line.
+/// from one. The handle's events told of each dead rank exactly once
+/// (`Event::RankFailed`), and of no live one. Prints one line.
 pub fn exchange_messages(handle: &Runtime, dead: &RankSet) {
     let (me, size) = (handle.view().rank(), handle.view().size());
     let ring: Vec<Rank> = (0..size).filter(|&r| !dead.contains(r)).collect();
@@ -106,6 +107,19 @@ pub fn exchange_messages(handle: &Runtime, dead: &RankSet) {
     }
     let since = Instant::now();
     let mut k = 0;
+    let mut told_failed = RankSet::new(size);
+    let mut note = |event: &Event| {
+        if let Event::RankFailed { rank } = *event {
+            assert!(
+                dead.contains(rank),
+                "rank {me}: told that live rank {rank} failed"
+            );
+            assert!(
+                told_failed.insert(rank),
+                "rank {me}: told twice that {rank} failed"
+            );
+        }
+    };
     while k < MESSAGES {
         let left = DETECTION_LIMIT.saturating_sub(since.elapsed());
         match handle.next_event(Some(left)).expect("the handle runs") {
@@ -115,10 +129,14 @@ pub fn exchange_messages(handle: &Runtime, dead: &RankSet) {
                 assert!(bytes == message(prev, k), "rank {me}: message {k} whole");
                 k += 1;
             }
-            Some(_) => {}
+            Some(event) => note(&event),
             None => panic!("rank {me}: {k} of {MESSAGES} messages from {prev}"),
         }
     }
+    while let Some(event) = handle.try_next_event().expect("the handle runs") {
+        note(&event);
+    }
+    assert_eq!(&told_failed, dead, "rank {me}: told of each dead rank once");
     let dead: Vec<Rank> = dead.iter().collect();
     println!("rank {me}: {MESSAGES} messages from rank {prev} in order; sends to {dead:?} refused");
 }

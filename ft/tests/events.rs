@@ -3,8 +3,8 @@
 //! `OutputReady` per output; the eventfd polls readable exactly while events wait; a
 //! killed rank is reported once per survivor (`RankFailed`), before the `Validated`
 //! that agrees on it; a revoke reaches every survivor; several threads taking events
-//! from one handle get each event exactly once; two roots broadcasting under the same
-//! key at once run two broadcasts.
+//! from one handle get each event exactly once, while a rank dies; two roots
+//! broadcasting under the same key at once run two broadcasts.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
@@ -159,9 +159,9 @@ fn a_killed_rank_is_told_once_then_agreed_and_a_revoke_reaches_everyone() {
 }
 
 #[test]
-fn threads_taking_from_one_handle_get_each_event_once() {
+fn threads_taking_from_one_handle_get_each_event_once_while_a_rank_dies() {
     const TASKS: u64 = 40;
-    let group = SimGroup::open(2, &settings()).expect("a group");
+    let group = SimGroup::open(3, &settings()).expect("a group");
     let handle = group.rank(1).unwrap();
     let taken: Vec<Event> = std::thread::scope(|s| {
         let takers: Vec<_> = (0..4)
@@ -177,7 +177,11 @@ fn threads_taking_from_one_handle_get_each_event_once() {
             })
             .collect();
         for task in 0..TASKS {
-            let spec = PlanSpec::new(2, 0).with_output(OutputSpec::new("A", 64, vec![1]));
+            // Rank 2, the other destination, dies halfway through.
+            if task == TASKS / 2 {
+                group.kill(2);
+            }
+            let spec = PlanSpec::new(3, 0).with_output(OutputSpec::new("A", 64, vec![1, 2]));
             group
                 .rank(0)
                 .unwrap()
@@ -188,10 +192,12 @@ fn threads_taking_from_one_handle_get_each_event_once() {
     });
     let mut arrived: Vec<u64> = Vec::new();
     let mut ready: Vec<u64> = Vec::new();
+    let mut failed: Vec<Rank> = Vec::new();
     for event in taken {
         match event {
             Event::Arrived { task, .. } => arrived.push(task.key),
             Event::OutputReady { task, output: 0 } => ready.push(task.key),
+            Event::RankFailed { rank } => failed.push(rank),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -200,6 +206,7 @@ fn threads_taking_from_one_handle_get_each_event_once() {
     let all: Vec<u64> = (0..TASKS).collect();
     assert_eq!(arrived, all, "each arrival taken exactly once");
     assert_eq!(ready, all, "each output taken exactly once");
+    assert_eq!(failed, [2], "the death told once");
 }
 
 #[test]
