@@ -10,7 +10,9 @@
  * must forward B, which it does not need itself: the shape #624 breaks). The outputs
  * are the root's own buffers, lent with a release callback (no copy). Ranks 1 and 2
  * learn of the task only from their FT_EVENT_ARRIVED (its header names the successor
- * to schedule) and take each output without a copy (ft_bcast_take). Every rank prints
+ * to schedule) and have each output land in their own memory: an allocation hook
+ * (ft_set_allocator) gives a buffer of the runtime's arena per output, which
+ * ft_bcast_take hands back, and the library releases it once. Every rank prints
  * its line ("0: have A and B", "1: have A", "2: have A and B"), then a global
  * validation is the closing barrier. Each root buffer is released exactly once, and
  * over MPI and libfabric no payload byte was copied at any rank (ft_bcast_copies).
@@ -74,6 +76,57 @@ static void release_output(void *arg, const uint8_t *data, uint64_t bytes) {
     atomic_fetch_add(&releases[(intptr_t)arg], 1);
 }
 
+/* A destination's arena: the runtime's memory outputs land in (one buffer each). */
+#define ARENA_SLOTS 4
+struct arena {
+    pthread_mutex_t lock;
+    uint8_t *given[ARENA_SLOTS];
+    uint64_t bytes[ARENA_SLOTS];
+    int lent, returned;
+};
+static struct arena arenas[RANKS];
+
+static uint8_t *arena_alloc(void *arg, uint32_t root, uint64_t key, uint32_t output,
+                            uint64_t bytes) {
+    struct arena *a = arg;
+    (void)root;
+    (void)key;
+    (void)output;
+    pthread_mutex_lock(&a->lock);
+    uint8_t *data = NULL;
+    if (a->lent < ARENA_SLOTS && (data = malloc(bytes)) != NULL) {
+        a->given[a->lent] = data;
+        a->bytes[a->lent] = bytes;
+        a->lent++;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return data; /* NULL: the library's own memory */
+}
+
+static void arena_release(void *arg, const uint8_t *data, uint64_t bytes) {
+    struct arena *a = arg;
+    pthread_mutex_lock(&a->lock);
+    int found = 0;
+    for (int i = 0; i < a->lent; i++) {
+        if (a->given[i] == data && a->bytes[i] == bytes) found = 1;
+    }
+    assert(found);
+    a->returned++;
+    pthread_mutex_unlock(&a->lock);
+    free((void *)data);
+}
+
+/* Whether `data` is a buffer the arena lent, of `bytes` bytes. */
+static int arena_holds(struct arena *a, const uint8_t *data, uint64_t bytes) {
+    pthread_mutex_lock(&a->lock);
+    int found = 0;
+    for (int i = 0; i < a->lent; i++) {
+        if (a->given[i] == data && a->bytes[i] == bytes) found = 1;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return found;
+}
+
 static void print_line(uint32_t me, int have_a, int have_b) {
     if (have_a && have_b) {
         printf("%u: have A and B\n", me);
@@ -126,6 +179,7 @@ static void run_successor(ft_handle *h, uint32_t me) {
         ft_buffer input;
         CHECK(ft_bcast_take(h, ev.root, ev.key, j, &input, 60000));
         assert(input.len == (j == 0 ? A_BYTES : B_BYTES));
+        assert(arena_holds(&arenas[me], input.data, input.len));
         for (uint64_t k = 0; k < input.len; k++) assert(input.data[k] == byte_of((int)j, k));
         have[j] = 1;
         CHECK(ft_buffer_free(&input));
@@ -140,6 +194,8 @@ static void run_rank(ft_handle *h, uint32_t me, int check_copies) {
     if (me == 0) {
         run_start(h, a, b);
     } else {
+        pthread_mutex_init(&arenas[me].lock, NULL);
+        CHECK(ft_set_allocator(h, arena_alloc, arena_release, &arenas[me]));
         run_successor(h, me);
     }
     uint32_t num_failed, num_new;
@@ -159,6 +215,17 @@ static void run_rank(ft_handle *h, uint32_t me, int check_copies) {
     CHECK(ft_bcast_release(h, 0, TASK_KEY(CLASS_START, 0)));
 }
 
+/* Once the handle is closed: the root's buffers came back once each, and every
+ * buffer a destination's arena lent (one per output it received) came back once. */
+static void check_released(uint32_t me) {
+    if (me == 0) {
+        assert(releases[0] == 1 && releases[1] == 1);
+    } else {
+        assert(arenas[me].lent == 2); /* rank 1 relays B in the chain */
+        assert(arenas[me].returned == arenas[me].lent);
+    }
+}
+
 #if defined(FT_MPI)
 
 int main(int argc, char **argv) {
@@ -174,7 +241,7 @@ int main(int argc, char **argv) {
     CHECK(ft_open_mpi(MPI_COMM_WORLD, 50, 2000, &h));
     run_rank(h, (uint32_t)me, 1);
     CHECK(ft_close(h));
-    if (me == 0) assert(releases[0] == 1 && releases[1] == 1);
+    check_released((uint32_t)me);
     MPI_Finalize();
     return 0;
 }
@@ -192,7 +259,7 @@ int main(void) {
     }
     run_rank(h, me, 1);
     CHECK(ft_close(h));
-    if (me == 0) assert(releases[0] == 1 && releases[1] == 1);
+    check_released(me);
     return 0;
 }
 
@@ -220,7 +287,7 @@ int main(void) {
     }
     for (uint32_t r = 0; r < RANKS; r++) pthread_join(threads[r], NULL);
     CHECK(ft_sim_close(group));
-    assert(releases[0] == 1 && releases[1] == 1);
+    for (uint32_t r = 0; r < RANKS; r++) check_released(r);
     return 0;
 }
 

@@ -36,7 +36,8 @@ pub use check::CheckError;
 pub use outputs::OutputSet;
 pub use plan::{Edge, Plan, Stats, Tree, TreeEdges};
 pub use protocol::{
-    BcastError, BcastEvent, BcastStats, Broadcaster, Config, TaskId, DEFAULT_MAX_HEADER_BYTES,
+    Allocate, BcastError, BcastEvent, BcastStats, Broadcaster, Config, TaskId,
+    DEFAULT_MAX_HEADER_BYTES,
 };
 pub use refine::{refine, refine_without, Class, Classes, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};

@@ -175,6 +175,12 @@ impl RankStack {
 
     // ----- application commands -----
 
+    /// Makes `hook` give the memory this rank's broadcast outputs land in, from the
+    /// next output on: [`Broadcaster::set_allocator`].
+    pub fn set_allocator(&mut self, now: Instant, hook: Box<dyn crate::Allocate>) {
+        self.broadcaster_mut(now).set_allocator(hook);
+    }
+
     /// Plans and starts broadcast `key` at this rank (the root of `spec`; the
     /// broadcast is [`TaskId`] (this rank, `key`)): the plan leaves out `spec.failed`
     /// and every rank this rank knows dead; every destination receives `header` with

@@ -263,6 +263,17 @@ typedef struct ft_event {
   void *owner;
 } ft_event;
 
+// Asked for the memory output `output` of broadcast (`root`, `key`) lands in at this
+// rank: `bytes` bytes (never 0), writable, that nobody touches until the library
+// releases them; NULL lets the library use its own memory for this output. It runs on
+// the library's progress thread, must not block for long and must not call into the
+// handle.
+typedef uint8_t *(*ft_alloc_fn)(void *arg,
+                                uint32_t root,
+                                uint64_t key,
+                                uint32_t output,
+                                uint64_t bytes);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -550,6 +561,20 @@ int ft_event_done(const struct ft_handle *h, struct ft_event *ev);
 // # Safety
 // `h` is null or an open handle; `fd` is null or valid for a write.
 int ft_event_fd(const struct ft_handle *h, int *fd);
+
+// Makes `alloc` give the memory in which this rank's broadcast outputs land, from the
+// next output whose first byte arrives; `release(arg, data, bytes)` gives each buffer
+// back, once. Both are called with `arg`, from the library's threads. Returns
+// `FT_ERR_ARG` if either function is null.
+//
+// # Safety
+// `h` is null or an open handle. Until its release, a buffer `alloc` returned stays
+// allocated and is neither written nor freed by the caller; the caller reads an output
+// only once it is ready (`FT_EVENT_OUTPUT_READY`, `ft_bcast_take`).
+int ft_set_allocator(const struct ft_handle *h,
+                     ft_alloc_fn alloc,
+                     ft_release_fn release,
+                     void *arg);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -16,8 +16,10 @@
 
 mod bcast;
 mod events;
+mod landing;
 pub use bcast::*;
 pub use events::*;
+pub use landing::*;
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};

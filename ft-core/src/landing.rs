@@ -29,6 +29,13 @@
 //!   the landing (a forgotten broadcast), and a transport that gives up a slot without
 //!   filling it (it leaks it) leaves the range claimed: never read, never written twice.
 //!
+//! **Lent memory.** A task runtime that wants an output in its own memory (its data
+//! arena, a registered buffer) lends it: [`Landing::lent`] wraps the application's
+//! bytes, and the call it gives is made exactly once, when the last holder of the
+//! memory (the landing, a slot, a view) is dropped. Everything above holds for lent
+//! memory as for memory allocated here. Bytes that arrived elsewhere (a short output
+//! in its frame) are copied in whole ([`Landing::fill_whole`]).
+//!
 //! This is the one module of the crate with `unsafe` code: the allocation, the raw
 //! pointer a transport writes through, and the slices over filled ranges.
 #![allow(unsafe_code)]
@@ -41,18 +48,26 @@ use core::ptr::NonNull;
 
 use bytes::Bytes;
 
-/// The allocation behind a landing: `len` bytes at `ptr` (dangling when `len` is 0).
+/// The allocation behind a landing: `len` bytes at `ptr` (dangling when `len` is 0),
+/// allocated here or lent by the application.
 struct Memory {
     ptr: NonNull<u8>,
     len: usize,
+    /// `None`: allocated in [`Memory::new`], freed on drop. `Some`: lent
+    /// ([`Landing::lent`]); the release is called on drop, once, and frees nothing here.
+    release: Option<Release>,
 }
+
+/// What gives lent memory back to its owner.
+type Release = alloc::boxed::Box<dyn FnOnce() + Send>;
 
 // SAFETY: `Memory` is a plain heap allocation. Threads reach its bytes only through a
 // `Slot` (one writer per claimed range, claimed ranges disjoint) or a view of filled
 // ranges (read-only, never written again): no byte is ever written by one thread while
-// another reads or writes it.
+// another reads or writes it. The release of lent memory is `Send` and only called
+// from `drop`, by the one thread that drops the last holder.
 unsafe impl Send for Memory {}
-// SAFETY: as for `Send`: shared access only reads filled ranges.
+// SAFETY: as for `Send`: shared access only reads filled ranges (never the release).
 unsafe impl Sync for Memory {}
 
 impl Memory {
@@ -61,6 +76,7 @@ impl Memory {
             return Memory {
                 ptr: NonNull::dangling(),
                 len,
+                release: None,
             };
         }
         let layout = Layout::array::<u8>(len).unwrap_or_else(|_| {
@@ -72,7 +88,11 @@ impl Memory {
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { alloc(layout) };
         match NonNull::new(ptr) {
-            Some(ptr) => Memory { ptr, len },
+            Some(ptr) => Memory {
+                ptr,
+                len,
+                release: None,
+            },
             None => handle_alloc_error(layout),
         }
     }
@@ -87,7 +107,9 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if let Some(release) = self.release.take() {
+            release();
+        } else if self.len > 0 {
             // SAFETY: allocated in `Memory::new` with this very layout.
             unsafe { dealloc(self.ptr.as_ptr(), Layout::array::<u8>(self.len).unwrap()) };
         }
@@ -120,6 +142,49 @@ impl Landing {
         }
     }
 
+    /// A buffer over `len` bytes of the application's memory at `ptr`, nothing claimed:
+    /// what a task runtime's allocation hook returns, so an output lands where the
+    /// runtime keeps it. `release` is called exactly once, on whichever thread drops the
+    /// last of the landing, its slots and its views: from then on the library neither
+    /// reads nor writes the memory.
+    ///
+    /// # Safety
+    /// Until `release` is called, the `len` bytes at `ptr` stay allocated, and nobody
+    /// but this library writes them; nobody reads a byte before it is filled (the
+    /// library reports an output complete only once every byte of it is). With `len`
+    /// 0, `ptr` is never read nor written.
+    pub unsafe fn lent(
+        ptr: NonNull<u8>,
+        len: usize,
+        release: impl FnOnce() + Send + 'static,
+    ) -> Self {
+        Landing {
+            memory: Arc::new(Memory {
+                ptr,
+                len,
+                release: Some(alloc::boxed::Box::new(release)),
+            }),
+            claimed: Vec::new(),
+        }
+    }
+
+    /// A buffer over `vec`'s bytes (its length, not its capacity), nothing claimed, lent
+    /// as [`Landing::lent`] lends memory: `give_back` gets the vector back, once, when
+    /// the last holder is dropped (a runtime's pool of buffers takes it back).
+    pub fn lent_vec(vec: Vec<u8>, give_back: impl FnOnce(Vec<u8>) + Send + 'static) -> Self {
+        let mut vec = core::mem::ManuallyDrop::new(vec);
+        let (len, capacity) = (vec.len(), vec.capacity());
+        let ptr = RawVec(NonNull::new(vec.as_mut_ptr()).unwrap_or(NonNull::dangling()));
+        // SAFETY: the vector is not dropped (`ManuallyDrop`) and nothing else can reach
+        // its buffer until the release rebuilds it from its own parts, once.
+        unsafe {
+            Landing::lent(ptr.0, len, move || {
+                let whole: RawVec = ptr; // (the whole wrapper, which is `Send`)
+                give_back(Vec::from_raw_parts(whole.0.as_ptr(), len, capacity))
+            })
+        }
+    }
+
     /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.memory.len
@@ -128,6 +193,49 @@ impl Landing {
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
         self.memory.len == 0
+    }
+
+    /// Whether it is the application's memory ([`Landing::lent`]).
+    pub fn is_lent(&self) -> bool {
+        self.memory.release.is_some()
+    }
+
+    /// Whether no range of it was ever claimed, or all came back unfilled.
+    pub fn is_untouched(&self) -> bool {
+        self.claimed.is_empty()
+    }
+
+    /// The whole buffer written with `pieces`, in order, which must together be exactly
+    /// as long (a copy: for bytes that arrived elsewhere, in a frame, and must end up
+    /// here); `None`, nothing written, if they are not, or if a range of it is claimed.
+    pub fn fill_whole<'a>(
+        &mut self,
+        pieces: impl IntoIterator<Item = &'a [u8]> + Clone,
+    ) -> Option<Bytes> {
+        let total: usize = pieces.clone().into_iter().map(<[u8]>::len).sum();
+        if total != self.memory.len || !self.claimed.is_empty() {
+            return None;
+        }
+        if total == 0 {
+            return Some(view(&self.memory, 0, 0));
+        }
+        let mut slot = self.claim(0, total)?;
+        let mut at = 0;
+        for piece in pieces {
+            // SAFETY: the slot covers the whole buffer, which is its own to write (it
+            // was claimed just now); the pieces sum to its length, so each lands within
+            // it, and being readable views they cannot overlap unfilled memory.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    piece.as_ptr(),
+                    slot.as_mut_ptr().add(at),
+                    piece.len(),
+                );
+            }
+            at += piece.len();
+        }
+        // SAFETY: every byte was written above.
+        Some(unsafe { slot.filled() }.into_bytes())
     }
 
     /// The `len` bytes from `start` to receive into, if they lie within the buffer, are
@@ -199,6 +307,13 @@ impl Landing {
         Some(view(&self.memory, 0, covered))
     }
 }
+
+/// A vector's buffer, held by the release of [`Landing::lent_vec`].
+struct RawVec(NonNull<u8>);
+
+// SAFETY: the pointer is the buffer of a vector that only the release rebuilds, on
+// whichever thread calls it; `Vec<u8>` is `Send`.
+unsafe impl Send for RawVec {}
 
 /// A claimed range of a [`Landing`], for a transport to write: see the
 /// [module docs](self).
@@ -431,6 +546,72 @@ mod tests {
         let mut l = Landing::new(4);
         let filled = l.claim(0, 4).unwrap().fill_from(&[5, 6, 7, 8]).unwrap();
         assert_eq!(filled.behind(&[1, 2]), [1, 2, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn lent_memory_is_released_once_after_the_last_view() {
+        use core::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc as StdArc;
+        let mut owned = vec![0u8; 64];
+        let releases = StdArc::new(AtomicUsize::new(0));
+        let counted = StdArc::clone(&releases);
+        let ptr = NonNull::new(owned.as_mut_ptr()).unwrap();
+        // SAFETY: `owned` outlives the landing and its views (checked by the count
+        // below before it is read), and nothing else writes it meanwhile.
+        let mut l = unsafe {
+            Landing::lent(ptr, 64, move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        assert!(l.is_lent() && l.is_untouched());
+        let a = fill(l.claim(0, 32).unwrap(), 1);
+        let b = fill(l.claim(32, 32).unwrap(), 2);
+        assert!(!l.is_untouched());
+        let whole = l.join([(0, &a), (32, &b)]).unwrap();
+        assert_eq!(whole.as_ptr(), owned.as_ptr(), "landed in the lent memory");
+        drop((l, a, b));
+        assert_eq!(releases.load(Ordering::SeqCst), 0, "a view still holds it");
+        drop(whole);
+        assert_eq!(releases.load(Ordering::SeqCst), 1);
+        assert_eq!(&owned[..32], &[1u8; 32][..]);
+        assert_eq!(&owned[32..], &[2u8; 32][..]);
+    }
+
+    #[test]
+    fn a_lent_vector_comes_back_whole_after_the_last_view() {
+        use std::sync::{Arc as StdArc, Mutex};
+        let back = StdArc::new(Mutex::new(None));
+        let slot = StdArc::clone(&back);
+        let mut vec = Vec::with_capacity(40);
+        vec.resize(32, 0u8);
+        let mut l = Landing::lent_vec(vec, move |v| *slot.lock().unwrap() = Some(v));
+        assert_eq!(l.len(), 32);
+        let whole = l.fill_whole([&[7u8; 32][..]]).unwrap();
+        drop(l);
+        assert!(back.lock().unwrap().is_none(), "the view holds it");
+        drop(whole);
+        let v = back.lock().unwrap().take().expect("given back");
+        assert_eq!((v.len(), v.capacity()), (32, 40));
+        assert!(v.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn fill_whole_copies_pieces_that_cover_an_untouched_buffer() {
+        let mut l = Landing::new(6);
+        assert!(
+            l.fill_whole([&[1u8, 2][..], &[3][..]]).is_none(),
+            "too short"
+        );
+        let whole = l.fill_whole([&[1u8, 2][..], &[3, 4, 5, 6][..]]).unwrap();
+        assert_eq!(&whole[..], &[1, 2, 3, 4, 5, 6]);
+        assert!(l.fill_whole([&[0u8; 6][..]]).is_none(), "filled already");
+        let mut m = Landing::new(4);
+        let _slot = m.claim(1, 1).unwrap();
+        assert!(
+            m.fill_whole([&[0u8; 4][..]]).is_none(),
+            "a range is claimed"
+        );
+        assert_eq!(Landing::new(0).fill_whole([]).unwrap().len(), 0);
     }
 
     #[test]

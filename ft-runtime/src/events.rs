@@ -143,8 +143,10 @@ impl State {
     }
 }
 
-/// See the [module docs](self).
-pub(crate) struct EventQueue {
+/// The queue a handle's events go through, from its progress thread to any number of
+/// taking threads (public for bindings and the `events` benchmark): see the
+/// [module docs](self).
+pub struct EventQueue {
     state: Mutex<State>,
     ready: Condvar,
     fd: Option<notify::EventFd>,
@@ -153,7 +155,7 @@ pub(crate) struct EventQueue {
 impl EventQueue {
     /// An empty queue of at most `capacity` (at least 1) events, with a notification
     /// descriptor where the platform has one.
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         EventQueue {
             state: Mutex::new(State {
                 events: VecDeque::new(),
@@ -172,7 +174,7 @@ impl EventQueue {
     }
 
     /// Queues `events` in order (the progress thread's side) and wakes the takers.
-    pub(crate) fn push_all(&self, events: impl IntoIterator<Item = Event>) {
+    pub fn push_all(&self, events: impl IntoIterator<Item = Event>) {
         let mut state = self.lock();
         let mut became_ready = false;
         for event in events {
@@ -191,7 +193,7 @@ impl EventQueue {
     }
 
     /// Marks the progress thread ended (the first reason stays); wakes every taker.
-    pub(crate) fn close(&self, why: String) {
+    pub fn close(&self, why: String) {
         let mut state = self.lock();
         state.closed.get_or_insert(why);
         drop(state);
@@ -212,7 +214,7 @@ impl EventQueue {
 
     /// The oldest event, if one is queued; [`Stopped`] once the queue is empty and the
     /// progress thread has ended.
-    pub(crate) fn try_next(&self) -> Result<Option<Event>, Stopped> {
+    pub fn try_next(&self) -> Result<Option<Event>, Stopped> {
         let mut state = self.lock();
         match self.take(&mut state) {
             Some(event) => Ok(Some(event)),
@@ -226,7 +228,7 @@ impl EventQueue {
     /// The oldest event, waiting for one for up to `timeout` (forever with `None`);
     /// `Ok(None)` when the timeout passed first; [`Stopped`] once the queue is empty and
     /// the progress thread has ended.
-    pub(crate) fn next(&self, timeout: Option<Duration>) -> Result<Option<Event>, Stopped> {
+    pub fn next(&self, timeout: Option<Duration>) -> Result<Option<Event>, Stopped> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.lock();
         loop {
@@ -254,7 +256,7 @@ impl EventQueue {
 
     /// The descriptor that is readable while events are queued, if there is one.
     #[cfg(unix)]
-    pub(crate) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.fd.as_ref().map(notify::EventFd::borrow)
     }
 }

@@ -39,7 +39,7 @@ pub mod transport;
 pub use copies::Copies;
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use events::{Event, DEFAULT_EVENT_CAPACITY};
-pub use ft_bcast::TaskId;
+pub use ft_bcast::{Allocate, TaskId};
 pub use mem::{MemError, MemNet, MemTransport};
 pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 pub use shared::Stopped;

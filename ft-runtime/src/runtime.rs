@@ -65,7 +65,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration as StdDuration, Instant as WallInstant};
 
 use ft_bcast::{
-    BcastError, BcastEvent, OutputSet, PlanSpec, RankStack, StackError, StackEvent, TaskId,
+    Allocate, BcastError, BcastEvent, OutputSet, PlanSpec, RankStack, StackError, StackEvent,
+    TaskId,
 };
 use ft_core::messages::Message;
 use ft_core::node::{NodeError, NodeEvent};
@@ -313,6 +314,7 @@ enum Command {
     },
     Inspect(Inspection),
     Copies,
+    SetAllocator(Box<dyn Allocate>),
     Shutdown {
         linger: StdDuration,
     },
@@ -529,6 +531,19 @@ impl Runtime {
             tag,
             bytes: bytes.into(),
         })
+    }
+
+    /// Makes `hook` give the memory in which this rank's broadcast outputs land, from
+    /// the next output whose first byte arrives: a task runtime's own buffers (its data
+    /// arena, registered memory), lent with [`ft_core::Landing::lent`] or
+    /// [`ft_core::Landing::lent_vec`] and given back once no rank needs them from this
+    /// rank any more (after [`Runtime::release`] and the last [`Bytes`] of them is
+    /// dropped). The hook runs on the progress thread, once per output of 1 byte or
+    /// more (again only after a source died mid-transfer), and may decline with `None`.
+    /// Over MPI and libfabric a large output is received straight into it; an output
+    /// that came in frames is copied into it once ([`Copies::received_copied`]).
+    pub fn set_allocator(&self, hook: impl Allocate + 'static) -> Result<(), RuntimeError> {
+        self.done(Command::SetAllocator(Box::new(hook)))
     }
 
     /// Frees everything this rank keeps for broadcast `task` (its payloads included);
@@ -896,6 +911,14 @@ fn run_command<E: Engine>(
                 Ok(()) => Outcome::Done,
                 Err(e) => Outcome::Failed(e.into()),
             }
+        }
+        Command::SetAllocator(hook) => {
+            let mut hook = Some(hook);
+            on_stack(engine, |stack, now| {
+                let hook = hook.take().expect("the engine runs a command once");
+                stack.set_allocator(now, hook);
+            })?;
+            Outcome::Done
         }
         Command::Release(task) => {
             on_stack(engine, |stack, _| stack.release(task))?;

@@ -33,11 +33,11 @@ pub use ft_core;
 pub use ft_runtime;
 
 pub use ft_bcast::{
-    BcastError, OutputSet, OutputSpec, PlanSpec, StackError, Strategy, TaskId, Topology,
+    Allocate, BcastError, OutputSet, OutputSpec, PlanSpec, StackError, Strategy, TaskId, Topology,
 };
 pub use ft_core::shrink::Survivors;
 pub use ft_core::{
-    Counts, Modifier, Rank, RankInfo, RankSet, RankState, Scope, StateMask, ViewError,
+    Counts, Landing, Modifier, Rank, RankInfo, RankSet, RankState, Scope, StateMask, ViewError,
 };
 pub use ft_runtime::{Event, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
 

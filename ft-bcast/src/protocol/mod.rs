@@ -156,6 +156,7 @@ use ft_core::{Instant, Rank, RankSet};
 use crate::outputs::OutputSet;
 use crate::plan::Plan;
 use crate::spec::Strategy;
+pub use place::Allocate;
 use state::{index_of, Buffer, Entry, Outgoing, Task, TreeState};
 pub use task_id::TaskId;
 use template::RootTemplate;
@@ -430,6 +431,8 @@ pub struct Broadcaster {
     last_root_plan: usize,
     /// The id of the next head sent ahead of its payload ([`Config::early_heads`]).
     next_promise: u64,
+    /// The runtime's allocation hook, if it set one (module `place`).
+    allocator: Option<place::Allocator>,
 }
 
 /// How many forgotten task ids a broadcaster remembers.
@@ -461,6 +464,7 @@ impl Broadcaster {
             root_template: None,
             last_root_plan: 0,
             next_promise: 0,
+            allocator: None,
         }
     }
 

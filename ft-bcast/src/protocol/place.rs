@@ -12,9 +12,21 @@
 //! placed chunk comes back ([`Broadcaster::handle_frame_placed`]) with every check a
 //! data frame gets; a slot that was not filled comes back
 //! ([`Broadcaster::slot_lost`]) and its bytes may be placed again.
+//!
+//! **Allocation hook.** A task runtime that keeps its data in its own memory sets an
+//! [`Allocate`] ([`Broadcaster::set_allocator`]): the output's one buffer is then the
+//! memory it gives (a [`Landing::lent`]), asked for once per output, when its first
+//! chunk is placed or, for an output that arrived in frames, when it is complete (its
+//! chunks are then copied in, and counted in [`BcastStats::joined_bytes`](super::BcastStats)).
+//! With a hook, an output of one chunk is placed too. The hook is asked again for an
+//! output only when the memory it gave was written in part by a source that died and
+//! the rest came in frames from the new one; every buffer it gave is released once.
+
+use alloc::boxed::Box;
+use core::fmt;
 
 use ft_core::wire::{FrameKind, Header, Reader};
-use ft_core::{Filled, FrameError, Slot};
+use ft_core::{Filled, FrameError, Landing, Slot};
 
 use super::state::{Chunk, ChunkPlace};
 use super::{Broadcaster, TaskId};
@@ -38,7 +50,52 @@ fn data_head(r: &mut Reader<'_>) -> Result<(TaskId, ChunkPlace, u64), FrameError
     ))
 }
 
+/// Memory a task runtime gives for outputs to land in: see the [module docs](self).
+pub trait Allocate: Send {
+    /// Memory of exactly `len` bytes (never 0) for output `output` of broadcast `task`
+    /// at this rank, a destination or relay of it, or `None` for memory of the
+    /// library's own. A landing of another length is not used (and so released).
+    fn allocate(&mut self, task: TaskId, output: u32, len: usize) -> Option<Landing>;
+}
+
+impl<F> Allocate for F
+where
+    F: FnMut(TaskId, u32, usize) -> Option<Landing> + Send,
+{
+    fn allocate(&mut self, task: TaskId, output: u32, len: usize) -> Option<Landing> {
+        self(task, output, len)
+    }
+}
+
+/// The hook a broadcaster holds.
+pub(super) struct Allocator(pub(super) Box<dyn Allocate>);
+
+impl fmt::Debug for Allocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Allocator")
+    }
+}
+
+impl Allocator {
+    /// Memory from the hook for output `output` of `task`, if any, of `len` bytes.
+    pub(super) fn lend(
+        hook: &mut Option<Allocator>,
+        task: TaskId,
+        output: u32,
+        len: usize,
+    ) -> Option<Landing> {
+        let landing = hook.as_mut()?.0.allocate(task, output, len)?;
+        (landing.len() == len).then_some(landing)
+    }
+}
+
 impl Broadcaster {
+    /// Makes `hook` give the memory outputs land in at this rank, for the outputs whose
+    /// first byte arrives from now on (see the [module docs](self)).
+    pub fn set_allocator(&mut self, hook: Box<dyn Allocate>) {
+        self.allocator = Some(Allocator(hook));
+    }
+
     /// Where the `len` payload bytes of the frame whose head `h`, `r` (positioned after
     /// the header, reading the head alone) is should be received: for a chunk of a
     /// multi-chunk output that this rank neither holds nor has placed, a slot of the
@@ -55,13 +112,16 @@ impl Broadcaster {
         }
         let t = self.tasks.get_mut(&task)?;
         let &size = t.sizes.get(&at.output)?;
-        if size != at.total || len as u64 >= size || t.complete.contains(at.output) {
+        let whole = len as u64 >= size && self.allocator.is_none();
+        if size != at.total || whole || t.complete.contains(at.output) {
             return None;
         }
         super::serve::check_chunk(size, at.offset, len as u64).ok()?;
+        let hook = &mut self.allocator;
+        let mut lend = |bytes| Allocator::lend(hook, task, at.output, bytes);
         t.buffers
             .get_or_default(at.output)
-            .claim(size, at.offset, len)
+            .claim(size, at.offset, len, &mut lend)
     }
 
     /// A data frame whose payload was received into a slot [`Broadcaster::place_frame`]

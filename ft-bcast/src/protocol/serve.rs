@@ -27,6 +27,7 @@ use ft_core::{
 };
 
 use super::codec::{activation_frames, put_chunk_place, put_request, Activation, Frames, Want};
+use super::place::Allocator;
 use super::state::{
     absorb_parts, chunk_for, stream_chunk, subtree_sizes, validate_entries, Buffer, Chunk,
     ChunkPlace, Early, Entry, Outgoing, Parked, PerEntry, TreeState, Waiting,
@@ -539,7 +540,9 @@ impl Broadcaster {
         let buffer = t.buffers.get_or_default(output);
         let (before, kept_before) = (buffer.held(), buffer.bytes_kept());
         let chunk = chunk.keep(&mut self.stats);
-        let complete = buffer.add(size, offset, chunk, &mut self.stats);
+        let hook = &mut self.allocator;
+        let mut lend = |bytes| Allocator::lend(hook, task, output, bytes);
+        let complete = buffer.add(size, offset, chunk, &mut self.stats, &mut lend);
         let added = buffer.bytes_kept().saturating_sub(kept_before);
         self.stats.received_bytes_duplicate += len.saturating_sub(added) as u64;
         // (An empty output's one chunk grows nothing but completes it.)

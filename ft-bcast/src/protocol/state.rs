@@ -18,6 +18,10 @@ use ft_core::{FrameError, Landing, Rank, RankSet, Slot};
 
 use super::codec::Want;
 use super::{BcastStats, TaskId};
+
+/// Lent memory for an output of the given length, when the application gives it (an
+/// allocation hook, [`super::Allocate`]).
+pub(super) type Lend<'a> = &'a mut dyn FnMut(usize) -> Option<Landing>;
 use crate::outputs::OutputSet;
 
 /// A descendant in a rank's subtree.
@@ -205,10 +209,16 @@ impl Buffer {
         Some(chunk.slice(from..to))
     }
 
-    /// Room in the output's landing buffer (made at `size` bytes if need be) for the
-    /// `len` bytes at `offset` of the output (the caller checked they lie within it),
-    /// if none of them is held, ahead or placed already.
-    pub(super) fn claim(&mut self, size: u64, offset: u64, len: usize) -> Option<Slot> {
+    /// Room in the output's landing buffer (made at `size` bytes if need be, by `lend`
+    /// if it gives one) for the `len` bytes at `offset` of the output (the caller
+    /// checked they lie within it), if none of them is held, ahead or placed already.
+    pub(super) fn claim(
+        &mut self,
+        size: u64,
+        offset: u64,
+        len: usize,
+        lend: Lend<'_>,
+    ) -> Option<Slot> {
         let end = offset.checked_add(len as u64)?;
         if self.whole.is_some() || offset < self.held {
             return None;
@@ -218,7 +228,9 @@ impl Buffer {
             return None;
         }
         let size = usize::try_from(size).ok()?;
-        let landing = self.landing.get_or_insert_with(|| Landing::new(size));
+        let landing = self
+            .landing
+            .get_or_insert_with(|| lend(size).unwrap_or_else(|| Landing::new(size)));
         landing.claim(usize::try_from(offset).ok()?, len)
     }
 
@@ -244,6 +256,7 @@ impl Buffer {
         offset: u64,
         chunk: Bytes,
         stats: &mut BcastStats,
+        lend: Lend<'_>,
     ) -> bool {
         if self.whole.is_some() {
             return true;
@@ -259,7 +272,7 @@ impl Buffer {
             self.insert_ahead(offset, chunk);
         }
         if self.held == size {
-            stats.joined_bytes += self.assemble(size);
+            stats.joined_bytes += self.assemble(size, lend);
             return true;
         }
         false
@@ -320,27 +333,51 @@ impl Buffer {
     /// Joins the prefix into one buffer: the output's one copy on the receiving side
     /// after the transport's (none if it came in one chunk, or landed in place, see
     /// `landing`). Returns the bytes copied.
-    fn assemble(&mut self, size: u64) -> u64 {
+    ///
+    /// When `lend` gives memory (an allocation hook), the output ends in lent memory:
+    /// its landing, when every chunk was received in place there; else the landing
+    /// if nothing was placed in it, or new memory from `lend` (the landing may still
+    /// be written by a dead source's receive), written with a copy of the chunks.
+    fn assemble(&mut self, size: u64, lend: Lend<'_>) -> u64 {
         let pieces = self.prefix.iter().map(|(start, chunk)| (*start, chunk));
         let landed = self.landing.as_ref().and_then(|l| l.join(pieces));
-        let (whole, copied) = match (landed, self.prefix.as_slice()) {
-            (Some(whole), _) => (whole, 0),
-            (None, []) => (Bytes::new(), 0),
-            (None, [(_, only)]) => (only.clone(), 0),
-            (None, chunks) => {
-                let mut all = BytesMut::with_capacity(size as usize);
-                for (_, chunk) in chunks {
-                    all.extend_from_slice(chunk);
+        let landing = self.landing.take();
+        let (whole, copied) = if let Some(whole) = landed {
+            (whole, 0)
+        } else if let Some(whole) = self.fill_lent(size, landing, lend) {
+            (whole, size)
+        } else {
+            match self.prefix.as_slice() {
+                [] => (Bytes::new(), 0),
+                [(_, only)] => (only.clone(), 0),
+                chunks => {
+                    let mut all = BytesMut::with_capacity(size as usize);
+                    for (_, chunk) in chunks {
+                        all.extend_from_slice(chunk);
+                    }
+                    (all.freeze(), size)
                 }
-                (all.freeze(), size)
             }
         };
         self.prefix = Vec::new();
         self.ahead.clear();
         self.ahead_bytes = 0;
-        self.landing = None;
         self.whole = Some(whole);
         copied
+    }
+
+    /// The complete prefix copied into lent memory, if `lend` gives any: `landing` when
+    /// it is lent and nothing was placed in it, else new memory (a landing written in
+    /// part may still be written by a dead source's receive).
+    fn fill_lent(&self, size: u64, landing: Option<Landing>, lend: Lend<'_>) -> Option<Bytes> {
+        if size == 0 {
+            return None;
+        }
+        let mut lent = match landing {
+            Some(landing) if landing.is_lent() && landing.is_untouched() => landing,
+            _ => lend(usize::try_from(size).ok()?)?,
+        };
+        lent.fill_whole(self.prefix.iter().map(|(_, chunk)| &chunk[..]))
     }
 }
 

@@ -2077,3 +2077,135 @@ fn a_multi_chunk_output_goes_in_chunks_of_equal_length() {
         );
     }
 }
+
+/// A buffer an allocation hook lent: (broadcast, output, length, address).
+type Lent = (TaskId, u32, usize, usize);
+
+/// An allocation hook for tests: each buffer a vector lent and given back when the
+/// broadcaster releases it (counted); records (task, output, length, address) per call.
+#[derive(Clone, Default)]
+struct TestArena {
+    given: std::sync::Arc<std::sync::Mutex<Vec<Lent>>>,
+    released: std::sync::Arc<core::sync::atomic::AtomicUsize>,
+}
+
+impl TestArena {
+    fn hook(&self) -> impl Allocate + 'static {
+        let arena = self.clone();
+        move |task: TaskId, output: u32, len: usize| {
+            let memory = vec![0u8; len];
+            let addr = memory.as_ptr() as usize;
+            arena.given.lock().unwrap().push((task, output, len, addr));
+            let released = std::sync::Arc::clone(&arena.released);
+            Some(ft_core::Landing::lent_vec(memory, move |back| {
+                assert_eq!((back.as_ptr() as usize, back.len()), (addr, len));
+                released.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
+            }))
+        }
+    }
+
+    fn given(&self) -> Vec<Lent> {
+        self.given.lock().unwrap().clone()
+    }
+
+    fn released(&self) -> usize {
+        self.released.load(core::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn an_allocation_hook_lands_every_output_in_the_runtimes_memory() {
+    let now = Instant::ZERO;
+    let (size, chunk) = (3000u64, 1000usize);
+    let data = payload(0, size);
+    let place =
+        |m: &mut Broadcaster, output: u32, total: u64, at: u64, len: usize, bytes: &[u8]| {
+            let head = data_head(0, output, total, at, len);
+            let slot = m.place_payload(now, 0, &head, len).expect("placed");
+            let filled = slot.fill_from(bytes).unwrap();
+            m.handle_message_placed(now, 0, &head, filled).unwrap();
+        };
+
+    // Chunks placed: output 0 lands in the hook's memory, joined free; an output of
+    // one chunk (output 1) is placed too; an empty one (output 2) asks for nothing.
+    let arena = TestArena::default();
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.set_allocator(Box::new(arena.hook()));
+    m.handle_message(now, 0, &activation_frame(0, 0, &[size, 500, 0]))
+        .unwrap();
+    for at in [1000u64, 0, 2000] {
+        let bytes = &data[at as usize..at as usize + chunk];
+        place(&mut m, 0, size, at, chunk, bytes);
+    }
+    place(&mut m, 1, 500, 0, 500, &data[..500]);
+    let mut w = task5(FrameKind::BcastData, 0);
+    w.put_varint(2).put_varint(0).put_varint(0).put_bytes(&[]);
+    m.handle_message(now, 0, &w.finish()).unwrap();
+    let given = arena.given();
+    assert_eq!(
+        given.iter().map(|g| (g.1, g.2)).collect::<Vec<_>>(),
+        [(0, 3000), (1, 500)]
+    );
+    assert_eq!(m.output_bytes(T5, 0).unwrap().as_ptr() as usize, given[0].3);
+    assert_eq!(m.output_bytes(T5, 1).unwrap().as_ptr() as usize, given[1].3);
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
+    assert_eq!(m.output(T5, 2), Some(&[][..]));
+    assert_eq!(m.stats().joined_bytes, 0);
+    let kept = m.output_bytes(T5, 0).unwrap().clone();
+    m.forget(T5);
+    assert_eq!(
+        arena.released(),
+        1,
+        "output 1 released; output 0 still held here"
+    );
+    drop(kept);
+    assert_eq!(arena.released(), 2);
+
+    // Chunks in frames: the complete output is copied into the hook's memory once.
+    let arena = TestArena::default();
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.set_allocator(Box::new(arena.hook()));
+    m.handle_message(now, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    for at in [0u64, 1000, 2000] {
+        let mut w = task5(FrameKind::BcastData, 0);
+        w.put_varint(0)
+            .put_varint(size)
+            .put_varint(at)
+            .put_bytes(&data[at as usize..at as usize + chunk]);
+        m.handle_message(now, 0, &w.finish()).unwrap();
+    }
+    assert_eq!(
+        m.output_bytes(T5, 0).unwrap().as_ptr() as usize,
+        arena.given()[0].3
+    );
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
+    assert_eq!(m.stats().joined_bytes, size);
+
+    // Two chunks placed, the third in a frame (a repair stream from a transport that
+    // does not place): the first memory cannot take the frame's chunk (its range may
+    // still be written by the dead source's receive), so the output is copied into a
+    // second buffer; the first is released once nothing holds it.
+    let arena = TestArena::default();
+    let mut m = Broadcaster::new(Config::new(9, 3, 1));
+    m.set_allocator(Box::new(arena.hook()));
+    m.handle_message(now, 0, &activation_frame(0, 0, &[size]))
+        .unwrap();
+    for at in [0u64, 2000] {
+        let bytes = &data[at as usize..at as usize + chunk];
+        place(&mut m, 0, size, at, chunk, bytes);
+    }
+    let mut w = task5(FrameKind::BcastData, 0);
+    w.put_varint(0)
+        .put_varint(size)
+        .put_varint(1000)
+        .put_bytes(&data[1000..2000]);
+    m.handle_message(now, 0, &w.finish()).unwrap();
+    let given = arena.given();
+    assert_eq!(given.len(), 2);
+    assert_eq!(m.output_bytes(T5, 0).unwrap().as_ptr() as usize, given[1].3);
+    assert_eq!(m.output(T5, 0), Some(&data[..]));
+    assert_eq!(arena.released(), 1, "the first buffer, held by nothing");
+    drop(m);
+    assert_eq!(arena.released(), 2, "every buffer released once");
+}
