@@ -394,3 +394,107 @@ fn a_rank_that_fails_ends_the_whole_job_at_once() {
         .count();
     assert_eq!(said, 1, "{stderr}");
 }
+
+/// Runs `ftofi -n RANKS validate --stall STALL --stall-ms MS`, which must succeed; the
+/// survivors' lines and the launcher's standard error.
+fn stall_job(ranks: u32, stall: &str, ms: &str) -> (Vec<Value>, String) {
+    let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    let n = ranks.to_string();
+    let args = [
+        "-n",
+        &n,
+        "--job-limit-s",
+        "120",
+        "validate",
+        "--stall",
+        stall,
+        "--stall-ms",
+        ms,
+    ];
+    let (out, _) = ftofi(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let lines = report::parse_lines(&stdout).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+    (lines, stderr)
+}
+
+/// The `G` of each line's last validation, by rank.
+fn last_gs(lines: &[Value]) -> Vec<(u64, Value)> {
+    lines
+        .iter()
+        .map(|l| {
+            let validations = l["validations"].as_array().cloned().unwrap_or_default();
+            let last = validations
+                .last()
+                .map(|v| v["G"].clone())
+                .unwrap_or(Value::Null);
+            (l["rank"].as_u64().unwrap_or(u64::MAX), last)
+        })
+        .collect()
+}
+
+#[test]
+fn a_stall_past_the_timeout_costs_the_stalled_ranks_and_not_the_job() {
+    // Ranks 2 and 3 (a block) stop for 2.5 s, past the 1 s timeout plus a period: the
+    // others declare them, they leave as killed ranks do once they run again, and the
+    // survivors agree on exactly them; the job succeeds and names them.
+    let (lines, stderr) = stall_job(5, "2,3", "2500");
+    assert_eq!(
+        report::ranks(&lines),
+        [0, 1, 4],
+        "the stalled ranks print no line\n{stderr}"
+    );
+    for (rank, g) in last_gs(&lines) {
+        assert_eq!(g, json!([2, 3]), "rank {rank}'s last G\n{lines:#?}");
+    }
+    assert!(
+        stderr.contains("declared dead but never killed: ranks [2, 3]"),
+        "the summary names them:\n{stderr}"
+    );
+    assert!(stderr.contains("leaving as a killed rank does"), "{stderr}");
+}
+
+#[test]
+fn a_stall_shorter_than_the_timeout_declares_no_one() {
+    // 400 ms, below the 1 s timeout less a 50 ms period: nobody is declared.
+    let (lines, stderr) = stall_job(4, "1", "400");
+    assert_eq!(report::ranks(&lines), [0, 1, 2, 3]);
+    for (rank, g) in last_gs(&lines) {
+        assert_eq!(g, json!([]), "rank {rank}'s last G\n{lines:#?}");
+    }
+    assert!(!stderr.contains("declared dead"), "{stderr}");
+}
+
+#[test]
+fn a_stall_of_every_rank_out_of_range_or_outside_validate_is_refused() {
+    for (args, message) in [
+        (
+            &[
+                "-n",
+                "3",
+                "validate",
+                "--stall",
+                "0,1,2",
+                "--stall-ms",
+                "100",
+            ][..],
+            "--stall names every rank of 3",
+        ),
+        (
+            &["-n", "3", "validate", "--stall", "5", "--stall-ms", "100"][..],
+            "--stall 5",
+        ),
+        (
+            &["-n", "3", "latency", "--stall", "1", "--stall-ms", "100"][..],
+            "--stall applies to the validate job",
+        ),
+    ] {
+        let _job = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+        refused(args, &ftofi(args), message);
+    }
+}

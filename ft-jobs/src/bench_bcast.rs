@@ -394,7 +394,7 @@ pub fn stack_rep<T: Transport>(
         .run_until("a benchmark broadcast", limit, |stack, events| {
             while let Some((_, event)) = events.pop_front() {
                 if let Some(stop) = stopped(&event) {
-                    return Some(Err(stop));
+                    crate::leave(&stop);
                 }
                 if let StackEvent::Bcast(BcastEvent::Abandoned { task: t }) = event {
                     if t == task {
@@ -667,7 +667,7 @@ fn gather_at_zero<T: Transport>(
     driver
         .run_until("every rank's times", limit, |stack, events| {
             if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
-                return Some(Err(stop));
+                crate::leave(&stop);
             }
             events.clear();
             let bcast = stack.broadcaster();
@@ -676,7 +676,7 @@ fn gather_at_zero<T: Transport>(
                     .and_then(|b| b.output(TaskId::new(k, GATHER), 0))
                     .is_some()
             };
-            (1..n).all(held).then_some(Ok(()))
+            (1..n).all(held).then_some(Ok::<(), String>(()))
         })
         .map_err(|e| e.to_string())??;
     let bcast = driver

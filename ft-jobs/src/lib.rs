@@ -111,6 +111,14 @@ pub struct JobArgs {
     /// Slurm's `SLURM_NTASKS_PER_NODE`), else the detector's default span.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub ranks_per_node: Option<u32>,
+    /// Ranks to stall (`validate` only): after the first validation each stops its own
+    /// process (SIGSTOP) for `--stall-ms`, as a rank descheduled that long would be; the
+    /// ranks then validate again once the stall and a timeout have passed.
+    #[arg(long, value_delimiter = ',', num_args = 1.., requires = "stall_ms", conflicts_with = "kill")]
+    pub stall: Vec<Rank>,
+    /// How long the stalled ranks stay stopped.
+    #[arg(long, requires = "stall", value_parser = clap::value_parser!(u64).range(10..))]
+    pub stall_ms: Option<u64>,
 }
 
 /// Where launchers say how many ranks share this node, tried in this order.
@@ -151,22 +159,11 @@ impl JobArgs {
         self.kill_on == Some(step) && self.kills(me)
     }
 
-    /// Checks the options against a job of `n` ranks: `--kill` names distinct ranks of
-    /// the job and leaves one alive, the kill comes within the step limit, and the
-    /// heartbeat period is shorter than the timeout.
+    /// Checks the options against a job of `n` ranks: `--kill` and `--stall` each name
+    /// distinct ranks of the job and leave one out, the kill comes within the step
+    /// limit, and the heartbeat period is shorter than the timeout.
     pub fn check(&self, n: u32) -> Result<(), String> {
-        if let Some(k) = self.kill.iter().find(|&&k| k >= n) {
-            return Err(format!("--kill {k}: the job's ranks are 0..{n}"));
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        if let Some(k) = self.kill.iter().find(|&&k| !seen.insert(k)) {
-            return Err(format!("--kill names rank {k} twice"));
-        }
-        if !self.kill.is_empty() && seen.len() >= n as usize {
-            return Err(format!(
-                "--kill names every rank of {n}: none would survive"
-            ));
-        }
+        check_ranks("--kill", &self.kill, n, "none would survive")?;
         if self.kill_at_ms >= self.limit_s.saturating_mul(1000) {
             return Err(format!(
                 "--kill-at-ms {} is past --limit-s {}: the survivors would give up \
@@ -174,6 +171,12 @@ impl JobArgs {
                 self.kill_at_ms, self.limit_s
             ));
         }
+        check_ranks(
+            "--stall",
+            &self.stall,
+            n,
+            "none would be left to judge the stall",
+        )?;
         if self.period_ms >= self.timeout_ms {
             return Err(format!(
                 "--period-ms {} must be shorter than --timeout-ms {}",
@@ -182,6 +185,22 @@ impl JobArgs {
         }
         Ok(())
     }
+}
+
+/// Checks that option `flag` names distinct ranks of a job of `n` and not every one of
+/// them (`all` says why that is refused).
+fn check_ranks(flag: &str, ranks: &[Rank], n: u32, all: &str) -> Result<(), String> {
+    if let Some(k) = ranks.iter().find(|&&k| k >= n) {
+        return Err(format!("{flag} {k}: the job's ranks are 0..{n}"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(k) = ranks.iter().find(|&&k| !seen.insert(k)) {
+        return Err(format!("{flag} names rank {k} twice"));
+    }
+    if !ranks.is_empty() && seen.len() >= n as usize {
+        return Err(format!("{flag} names every rank of {n}: {all}"));
+    }
+    Ok(())
 }
 
 /// A protocol step at which the ranks chosen by `--kill` die.
@@ -282,6 +301,9 @@ impl JobCommand {
     fn prepare(&self, n: u32) -> Result<Option<PlanSpec>, String> {
         let args = self.args();
         args.check(n)?;
+        if !args.stall.is_empty() && !matches!(self, JobCommand::Validate { .. }) {
+            return Err("--stall applies to the validate job".into());
+        }
         match self {
             JobCommand::Validate { job, .. } => {
                 if job.kill_on == Some(KillStep::Activation) {
@@ -408,6 +430,41 @@ pub fn drive<T: Transport>(transport: T, me: Rank, n: u32, args: &JobArgs) -> Ra
     Driver::for_stack(RankStack::new(config, Instant::ZERO), transport, origin)
 }
 
+/// Stops this process (`SIGSTOP`) for `span`, as a rank descheduled that long is: a
+/// child process (`sleep`, then `kill -CONT`) continues it, since nothing in a stopped
+/// process runs. Returns once the process runs again.
+pub fn stall_self(span: StdDuration) -> Result<(), String> {
+    let me = std::process::id();
+    let mut waker = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("sleep {:.3}; kill -CONT {me}", span.as_secs_f64()))
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the stall's timer (sh): {e}"))?;
+    // SAFETY: raising a signal has no memory-safety preconditions.
+    unsafe { libc::raise(libc::SIGSTOP) };
+    waker
+        .wait()
+        .map_err(|e| format!("the stall's timer: {e}"))?;
+    Ok(())
+}
+
+/// Runs the stack for `span`, leaving as a killed rank does if it learns it was
+/// declared dead meanwhile ([`leave`]).
+fn run_watching<T: Transport>(driver: &mut RankDriver<T>, span: StdDuration) -> Result<(), String> {
+    let until = WallInstant::now() + span;
+    let limit = span + StdDuration::from_secs(1);
+    driver
+        .run_until("the end of the stall", limit, |_, events| {
+            if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
+                leave(&stop);
+            }
+            events.clear();
+            (WallInstant::now() >= until).then_some(Ok(()))
+        })
+        .map_err(|e| e.to_string())?
+}
+
 /// Ends this process the way a crashed node does: `SIGKILL`, no clean-up, no goodbye
 /// to any peer.
 pub fn die() -> ! {
@@ -433,7 +490,7 @@ pub fn validate_once<T: Transport>(
             |stack, events| {
                 while let Some((_, event)) = events.pop_front() {
                     if let Some(stop) = stopped(&event) {
-                        return Some(Err(stop));
+                        leave(&stop);
                     }
                     if let StackEvent::Node(NodeEvent::GlobalValidated { epoch: e, .. }) = event {
                         if e == epoch {
@@ -461,7 +518,7 @@ pub fn await_death<T: Transport>(
     driver
         .run_until(learning_deaths(dead), limit, |stack, events| {
             if let Some(stop) = events.iter().find_map(|(_, e)| stopped(e)) {
-                return Some(Err(stop));
+                leave(&stop);
             }
             events.clear();
             let known = stack.node().view().known_failed();
@@ -503,8 +560,17 @@ fn learning_deaths(dead: &[Rank]) -> String {
     }
 }
 
+/// Ends a rank that the others declared dead (or excluded) the way a killed rank ends,
+/// by `SIGKILL`, after saying why on its standard error: its launcher then counts it
+/// as a failure the job survives (`ftofi`, `ftrun`, `mpiexec --with-ft ulfm`), and the
+/// survivors finish with it in `G`. A wrong declaration so costs one rank, not the job.
+pub fn leave(why: &str) -> ! {
+    eprintln!("{why}: leaving as a killed rank does (fail-stop)");
+    die()
+}
+
 /// Why the rank stopped, if `event` says it did.
-fn stopped(event: &StackEvent) -> Option<String> {
+pub fn stopped(event: &StackEvent) -> Option<String> {
     match event {
         StackEvent::Node(NodeEvent::DeclaredDeadSelf { by }) => {
             Some(format!("declared dead by rank {by} and stopped"))
@@ -527,6 +593,18 @@ pub fn validate<T: JobTransport>(
         die();
     }
     let mut validations = vec![validate_once(&mut driver, limit)?];
+    if let Some(stall_ms) = args.stall_ms {
+        // The stalled ranks stop; everyone validates again once the stall and a
+        // detector timeout (plus two periods, for the last heartbeat and the notice)
+        // have passed, so the last G is exactly the ranks declared during the stall.
+        let stall = StdDuration::from_millis(stall_ms);
+        if args.stall.contains(&driver.transport().rank()) {
+            stall_self(stall)?;
+        }
+        let settle = stall + StdDuration::from_millis(args.timeout_ms + 2 * args.period_ms);
+        run_watching(&mut driver, settle)?;
+        validations.push(validate_once(&mut driver, limit)?);
+    }
     if !args.kill.is_empty() {
         // Everyone validates again once it knows every killed rank dead, so the last G
         // is the killed set. (A killed rank waits here until its kill timer fires.)
@@ -678,7 +756,7 @@ pub fn broadcast<T: JobTransport>(
         }
         while let Some((_, event)) = events.pop_front() {
             if let Some(stop) = stopped(&event) {
-                return Some(Err(stop));
+                leave(&stop);
             }
             match event {
                 StackEvent::Bcast(BcastEvent::Released { task, outputs, .. })
@@ -695,7 +773,7 @@ pub fn broadcast<T: JobTransport>(
         // The rank to kill waits for its activation; the others for their outputs (a
         // rank that needs none goes on at once, and serves its subtree while it lingers).
         let finished = !kill_on_activation && (job.needs.is_subset(&received) || abandoned);
-        finished.then_some(Ok(()))
+        finished.then_some(Ok::<(), String>(()))
     });
     outcome.map_err(|e| e.to_string())??;
     // The root and inner ranks must stay until every survivor is served (repairs need

@@ -23,9 +23,15 @@
 //! `BcastData` frame whose head ends with the chunk's length and whose payload is the
 //! chunk, or a `BcastActivate` whose payload is the root's header, and only contiguous
 //! chunks count as copied (`Broadcaster::stats`).
+//!
+//! Some machines (as the input picks) have an allocation hook, which lends vectors and
+//! declines every third request: every buffer lent is given back exactly once, once the
+//! machines and the frames in flight are dropped.
 #![no_main]
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use ft_bcast::{Broadcaster, Config, OutputSpec, Plan, PlanSpec, Strategy, TaskId, Topology};
@@ -147,6 +153,9 @@ struct Input {
     chunks: u64,
     /// Bit `k % 64`: the `k`-th frame polled goes through `poll_transmit_parts`.
     split: u64,
+    /// Bit `me % 8`: machine `me` has an allocation hook, which declines every third
+    /// request (the library's own memory then).
+    hooks: u8,
     outputs: Vec<Output>,
     steps: Vec<Step>,
 }
@@ -304,6 +313,8 @@ fuzz_target!(|input: Input| {
             .push(OutputSpec::new(format!("o{j}"), bytes, dests));
     }
     let plan = Plan::build(spec).expect("specs built here are valid");
+    // Buffers the hooks lent and not given back yet.
+    let lent = Arc::new(AtomicI64::new(0));
     let mut machines: Vec<Broadcaster> = (0..n)
         .map(|me| {
             let mut cfg = Config::new(COMM, n, me);
@@ -312,7 +323,11 @@ fuzz_target!(|input: Input| {
             cfg.max_outputs = MAX_OUTPUTS;
             cfg.max_header_bytes = MAX_HEADER_BYTES;
             cfg.chunk_bytes = 1 + (input.chunks >> (8 * (me % 8)) & 0x3ff) as usize;
-            Broadcaster::new(cfg)
+            let mut machine = Broadcaster::new(cfg);
+            if input.hooks >> (me % 8) & 1 == 1 {
+                machine.set_allocator(Box::new(hook(Arc::clone(&lent))));
+            }
+            machine
         })
         .collect();
     let payloads: Vec<Vec<u8>> = plan
@@ -572,4 +587,26 @@ fuzz_target!(|input: Input| {
         }
         drain(&mut machines, n, &mut buf, &mut flights, &mut polling);
     }
+    // Every buffer a hook lent comes back exactly once, once nothing holds it.
+    drop((machines, flights));
+    assert_eq!(lent.load(Ordering::SeqCst), 0, "a lent buffer was not given back");
 });
+
+/// An allocation hook that lends vectors, counting them out in `lent` and back in when
+/// given back (a length other than the one asked would be refused by the machine), and
+/// declines every third request.
+fn hook(lent: Arc<AtomicI64>) -> impl ft_bcast::Allocate + 'static {
+    let mut asked = 0u64;
+    move |_task: TaskId, _output: u32, len: usize| {
+        asked += 1;
+        if asked % 3 == 0 {
+            return None;
+        }
+        lent.fetch_add(1, Ordering::SeqCst);
+        let back = Arc::clone(&lent);
+        Some(ft_core::Landing::lent_vec(vec![0u8; len], move |v| {
+            assert_eq!(v.len(), len, "given back whole");
+            back.fetch_sub(1, Ordering::SeqCst);
+        }))
+    }
+}

@@ -27,10 +27,12 @@
 //!
 //! The launcher first checks the whole command for `-n` ranks (`JobCommand::check`:
 //! the options, the kill list, the plan file) and starts no rank if it is wrong. It
-//! succeeds when exactly the ranks `--kill` lists were killed by `SIGKILL` and every
-//! other rank exited with status 0. The first rank to end any other way (an error, an
-//! unlisted signal) fails the job at once: the launcher kills the other ranks and says
-//! how that rank ended. A job still running after `--job-limit-s` is killed and fails.
+//! succeeds when the ranks `--kill` lists were killed by `SIGKILL` and every other rank
+//! exited with status 0 or left by `SIGKILL` as a rank declared dead does (a stall, a
+//! starved heartbeat: `ft_jobs::leave`); it then names those ranks on its standard
+//! error ("declared dead but never killed"). The first rank to end any other way (an
+//! error, another signal) fails the job at once: the launcher kills the other ranks
+//! and says how that rank ended. A job still running after `--job-limit-s` is killed and fails.
 //! An error line that several ranks print alike is passed on once.
 
 use std::collections::HashSet;
@@ -174,14 +176,21 @@ fn launch(cli: &Cli) -> Result<(), Failure> {
         .output(Output::Captured)
         .job_limit(Duration::from_secs(cli.job_limit_s))
         .stderr_filter(move |_, line| first_time(&seen, line));
+    let declared = Mutex::new(Vec::new());
     let report = launched
         .run(|rank: Rank, exit: &Exit| {
             let killed = job.kills(rank);
-            let expected = if killed {
-                exit.signal() == Some(libc::SIGKILL)
-            } else {
-                exit.success()
-            };
+            let by_sigkill = exit.signal() == Some(libc::SIGKILL);
+            if !killed && by_sigkill {
+                // Declared dead while alive (a stall, a starved heartbeat): it left as a
+                // killed rank does, and the survivors go on without it.
+                declared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(rank);
+                return Verdict::Continue;
+            }
+            let expected = if killed { by_sigkill } else { exit.success() };
             if expected {
                 return Verdict::Continue;
             }
@@ -200,6 +209,11 @@ fn launch(cli: &Cli) -> Result<(), Failure> {
             let mut out = std::io::stdout().lock();
             for rank in &report.ranks {
                 let _ = out.write_all(&rank.stdout);
+            }
+            let mut declared = declared.into_inner().unwrap_or_else(|e| e.into_inner());
+            if !declared.is_empty() {
+                declared.sort_unstable();
+                eprintln!("ftofi: declared dead but never killed: ranks {declared:?}");
             }
             Ok(())
         }
