@@ -649,14 +649,24 @@ fn a_rank_that_fails_after_the_start_ends_the_job() {
 }
 
 #[test]
-#[cfg_attr(mpi_family = "mpich", ignore = "on MPICH a rank that leaves ends the job")]
+#[cfg_attr(
+    mpi_family = "mpich",
+    ignore = "on MPICH a rank that leaves ends the job"
+)]
 fn a_rank_stalled_past_the_timeout_leaves_and_the_survivors_agree_on_it() {
     // Rank 2 stops its own process for 3 s (the timeout is 1 s): it is declared, leaves
     // by SIGKILL once it runs again, and the job goes on without it.
     let lines = run(4, &["validate", "--stall", "2", "--stall-ms", "3000"]);
     assert_eq!(ft_jobs::report::ranks(&lines), [0, 1, 3], "{lines:#?}");
     for line in &lines {
-        let last = line["validations"].as_array().and_then(|v| v.last()).cloned();
-        assert_eq!(last.map(|v| v["G"].clone()), Some(serde_json::json!([2])), "{line}");
+        let last = line["validations"]
+            .as_array()
+            .and_then(|v| v.last())
+            .cloned();
+        assert_eq!(
+            last.map(|v| v["G"].clone()),
+            Some(serde_json::json!([2])),
+            "{line}"
+        );
     }
 }

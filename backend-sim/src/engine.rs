@@ -27,6 +27,16 @@
 //! forgot, which every later frame waits for). Frames already sent when their sender
 //! dies are still delivered; frames reaching a dead rank are dropped.
 //!
+//! # Load model
+//!
+//! A rank can be descheduled ([`Sim::pause`], or a scenario's `load`: random pauses of
+//! every rank): while paused it handles nothing, its timers wait and it sends nothing;
+//! frames that reach it wait in order. When it runs again it handles those frames
+//! first, then its due timer, then the scenario actions it missed, as a driver that
+//! reads its transport before its clock does. So a pause of `p` delays a rank's
+//! heartbeats by at most `p`, and a watcher that was paused itself sees the heartbeats
+//! that waited before it looks at its timeout.
+//!
 //! # Why heartbeats are cheap, and why that is faithful
 //!
 //! Nothing is skipped, merged or approximated: every heartbeat is a real frame, sent by
@@ -66,7 +76,7 @@ use ft_core::wire::{self, Family, FrameKind};
 use ft_core::{Bytes, Duration, FrameError, HeldHeads, Instant, Protocol, Rank};
 
 use crate::queue::EventQueue;
-use crate::scenario::{ActionKind, KillPoint, Phases, Scenario, Victims};
+use crate::scenario::{ActionKind, KillPoint, Load, Phases, Scenario, Victims};
 
 /// Frames up to this many bytes are stored inline (no allocation).
 pub const INLINE: usize = 62;
@@ -183,10 +193,29 @@ impl std::error::Error for SimError {}
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {
-    Deliver { to: Rank, slot: u32 },
-    Timer { rank: Rank },
-    Kill { rank: Rank },
-    Action { index: u32 },
+    Deliver {
+        to: Rank,
+        slot: u32,
+    },
+    Timer {
+        rank: Rank,
+    },
+    Kill {
+        rank: Rank,
+    },
+    Action {
+        index: u32,
+    },
+    /// Action `index` at one rank, deferred while that rank was paused.
+    ActionAt {
+        index: u32,
+        rank: Rank,
+    },
+    /// `rank` is descheduled for `micros` µs from now ([`Sim::pause`]).
+    Pause {
+        rank: Rank,
+        micros: u32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -441,6 +470,8 @@ struct RankSlot<P> {
     recent: [(Rank, u64); RECENT],
     next_recent: u8,
     floor: u64,
+    /// While descheduled ([`Sim::pause`]): when it runs again (ns); 0 when running.
+    resume: u64,
 }
 
 impl<P> RankSlot<P> {
@@ -454,7 +485,13 @@ impl<P> RankSlot<P> {
             recent: [(Rank::MAX, 0); RECENT],
             next_recent: 0,
             floor: 0,
+            resume: 0,
         }
+    }
+
+    /// When it runs again, if it is descheduled at `time` (ns).
+    fn paused_at(&self, time: u64) -> Option<u64> {
+        (self.resume > time).then_some(self.resume)
     }
 
     /// The arrival time of a frame to `to` that would arrive at `arrival`, kept after
@@ -602,10 +639,31 @@ impl<P: SimRank> Sim<P> {
             *count += 1;
             sim.queue.push(ms(at).as_nanos(), Ev::Action { index });
         }
+        if let Some(load) = &scenario.load {
+            let until = load.until_ms.unwrap_or(scenario.until_ms);
+            sim.pause_randomly(scenario.seed, load, ms(until));
+        }
         for rank in 0..n {
             sim.reschedule(rank);
         }
         Ok(sim)
+    }
+
+    /// Queues the pauses of the load model `load` for every rank until `until`, drawn
+    /// from `seed` (module docs: load model).
+    fn pause_randomly(&mut self, seed: u64, load: &Load, until: Instant) {
+        // Its own stream: the same seed gives the same jitter with or without load.
+        let mut rng = SplitMix::new(seed ^ 0x6c6f_6164_6c6f_6164);
+        let gap = ms(2.0 * load.mean_gap_ms).as_nanos().max(1);
+        let longest = ms(load.pause_max_ms).as_nanos();
+        for rank in 0..self.size() {
+            let mut at = rng.next_u64() % gap;
+            while at < until.as_nanos() {
+                let span = rng.next_u64() % (longest + 1);
+                self.pause(rank, Instant::from_nanos(at), Duration::from_nanos(span));
+                at += span + rng.next_u64() % gap;
+            }
+        }
     }
 
     /// Caps the number of events any later `run*`/`drive*` call may process in total.
@@ -617,6 +675,20 @@ impl<P: SimRank> Sim<P> {
     /// partitioned process, e.g. to provoke a false suspicion).
     pub fn delay_sends_of(&mut self, rank: Rank, extra: Duration) {
         self.extra_send_delay.insert(rank, extra);
+    }
+
+    /// Deschedules `rank` for `span` from `at` (a process off its core, stopped, or
+    /// swapped out): meanwhile it handles nothing, its timers do not fire and it sends
+    /// nothing. Frames that reach it wait, in their order, and when it runs again it
+    /// handles them first, then its timers (a driver reads its transport before it looks
+    /// at the clock), then the actions it missed. A kill still strikes it. Overlapping
+    /// pauses of a rank add up to their union.
+    pub fn pause(&mut self, rank: Rank, at: Instant, span: Duration) {
+        let micros = u32::try_from(span.as_nanos().div_ceil(1000)).unwrap_or(u32::MAX);
+        if rank < self.size() && micros > 0 {
+            let at = at.max(self.now);
+            self.queue.push(at.as_nanos(), Ev::Pause { rank, micros });
+        }
     }
 
     /// Kills `rank` now.
@@ -678,30 +750,38 @@ impl<P: SimRank> Sim<P> {
     // ----- driving -----
 
     /// Runs an application action on every live rank now (as a scenario action would).
+    /// (A scenario's action waits for a descheduled rank to run again; this call runs
+    /// it at once everywhere.)
     pub fn act(&mut self, action: &ActionKind, index: u32) -> Result<(), SimError> {
         P::supports(action).map_err(SimError::Unsupported)?;
         for rank in 0..self.size() {
-            if self.slots[rank as usize].alive {
-                let now = self.now;
-                // A rank that refuses (stopped meanwhile, a validation still running) is
-                // left out of this action; the report counts and names the refusals.
-                match self.slots[rank as usize].machine.apply(now, action, index) {
-                    Ok(()) => {
-                        if let Some(kind) = action.validation_kind() {
-                            self.log.validation_started.insert((rank, kind), now);
-                        }
-                    }
-                    Err(why) => {
-                        self.log.refused_actions += 1;
-                        self.log
-                            .first_refusal
-                            .get_or_insert((rank, format!("{}: {why}", action.name())));
-                    }
-                }
-                self.settle(rank);
-            }
+            self.act_at(rank, action, index);
         }
         Ok(())
+    }
+
+    /// Runs `action` at `rank` if it is alive.
+    fn act_at(&mut self, rank: Rank, action: &ActionKind, index: u32) {
+        if !self.slots[rank as usize].alive {
+            return;
+        }
+        let now = self.now;
+        // A rank that refuses (stopped meanwhile, a validation still running) is left out
+        // of this action; the report counts and names the refusals.
+        match self.slots[rank as usize].machine.apply(now, action, index) {
+            Ok(()) => {
+                if let Some(kind) = action.validation_kind() {
+                    self.log.validation_started.insert((rank, kind), now);
+                }
+            }
+            Err(why) => {
+                self.log.refused_actions += 1;
+                self.log
+                    .first_refusal
+                    .get_or_insert((rank, format!("{}: {why}", action.name())));
+            }
+        }
+        self.settle(rank);
     }
 
     /// Processes one event; returns its time, or `None` when nothing is queued.
@@ -715,6 +795,11 @@ impl<P: SimRank> Sim<P> {
         self.log.events += 1;
         match ev {
             Ev::Deliver { to, slot } => {
+                if let Some(resume) = self.slots[to as usize].paused_at(time) {
+                    // Waits in the rank's socket, in order, until it runs again.
+                    self.queue.push(resume, Ev::Deliver { to, slot });
+                    return Some(self.now);
+                }
                 let InFlight { from, payload } = std::mem::replace(
                     &mut self.frames[slot as usize],
                     InFlight {
@@ -768,6 +853,15 @@ impl<P: SimRank> Sim<P> {
                 }
             }
             Ev::Timer { rank } => {
+                let slot = &mut self.slots[rank as usize];
+                if let Some(resume) = slot.paused_at(time) {
+                    if slot.wake == self.now {
+                        // Fires once it runs again, after the frames that waited.
+                        slot.wake = Instant::from_nanos(resume + 1);
+                        self.queue.push(resume + 1, Ev::Timer { rank });
+                    }
+                    return Some(self.now);
+                }
                 if self.slots[rank as usize].alive && self.slots[rank as usize].wake == self.now {
                     self.slots[rank as usize].wake = Instant::MAX;
                     let now = self.now;
@@ -783,7 +877,22 @@ impl<P: SimRank> Sim<P> {
             Ev::Action { index } => {
                 let (kind, nth) = self.actions[index as usize].clone();
                 // Support was checked when the action was queued.
-                let _ = self.act(&kind, nth);
+                for rank in 0..self.size() {
+                    match self.slots[rank as usize].paused_at(time) {
+                        Some(resume) => self.queue.push(resume + 2, Ev::ActionAt { index, rank }),
+                        None => self.act_at(rank, &kind, nth),
+                    }
+                }
+            }
+            Ev::ActionAt { index, rank } => {
+                let (kind, nth) = self.actions[index as usize].clone();
+                self.act_at(rank, &kind, nth);
+            }
+            Ev::Pause { rank, micros } => {
+                let slot = &mut self.slots[rank as usize];
+                if slot.alive {
+                    slot.resume = slot.resume.max(time + u64::from(micros) * 1000);
+                }
             }
         }
         Some(self.now)

@@ -70,6 +70,9 @@ pub struct Scenario {
     /// Application actions, run on every live rank.
     #[serde(default)]
     pub actions: Vec<Action>,
+    /// Descheduling: random pauses of every rank (optional).
+    #[serde(default)]
+    pub load: Option<Load>,
     /// End of the simulated run.
     #[serde(deserialize_with = "time_ms")]
     pub until_ms: f64,
@@ -122,6 +125,24 @@ pub struct DetectorSettings {
     /// seed, the default) or `"staggered"` (rank `r` at `r · period / n`).
     #[serde(default)]
     pub phases: Phases,
+}
+
+/// A load model: each rank is descheduled again and again, as on an oversubscribed
+/// node. The gaps between a rank's pauses are uniform in `[0, 2 · mean_gap_ms)` and each
+/// pause uniform in `[0, pause_max_ms]`, drawn from the scenario's seed (a stream of
+/// their own: the network's jitter is the same with or without load).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Load {
+    /// The longest pause, milliseconds.
+    #[serde(deserialize_with = "non_negative")]
+    pub pause_max_ms: f64,
+    /// Mean time between the start of a rank's pauses, milliseconds.
+    #[serde(deserialize_with = "positive")]
+    pub mean_gap_ms: f64,
+    /// No pause starts after this time, milliseconds (default: the end of the run).
+    #[serde(default, deserialize_with = "optional_time_ms")]
+    pub until_ms: Option<f64>,
 }
 
 /// How heartbeat phases are chosen.
