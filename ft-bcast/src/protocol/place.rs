@@ -50,7 +50,15 @@ fn data_head(r: &mut Reader<'_>) -> Result<(TaskId, ChunkPlace, u64), FrameError
     ))
 }
 
-/// Memory a task runtime gives for outputs to land in: see the [module docs](self).
+/// Memory a task runtime gives for outputs to land in ([`Broadcaster::set_allocator`]).
+///
+/// The output's one buffer is the memory the hook gives (a [`Landing::lent`]), asked
+/// for once per output of 1 byte or more, when its first chunk is placed or, for an
+/// output that arrived in frames, when it is complete (its chunks are then copied in,
+/// and counted in [`BcastStats::joined_bytes`](super::BcastStats::joined_bytes)). With
+/// a hook, an output of one chunk is placed too. The hook is asked again for an output
+/// only when the memory it gave was written in part by a source that died and the rest
+/// came in frames from the new one; every buffer it gave is released once.
 pub trait Allocate: Send {
     /// Memory of exactly `len` bytes (never 0) for output `output` of broadcast `task`
     /// at this rank, a destination or relay of it, or `None` for memory of the
@@ -91,7 +99,7 @@ impl Allocator {
 
 impl Broadcaster {
     /// Makes `hook` give the memory outputs land in at this rank, for the outputs whose
-    /// first byte arrives from now on (see the [module docs](self)).
+    /// first byte arrives from now on (see [`Allocate`]).
     pub fn set_allocator(&mut self, hook: Box<dyn Allocate>) {
         self.allocator = Some(Allocator(hook));
     }
