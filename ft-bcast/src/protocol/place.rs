@@ -14,13 +14,8 @@
 //! ([`Broadcaster::slot_lost`]) and its bytes may be placed again.
 //!
 //! **Allocation hook.** A task runtime that keeps its data in its own memory sets an
-//! [`Allocate`] ([`Broadcaster::set_allocator`]): the output's one buffer is then the
-//! memory it gives (a [`Landing::lent`]), asked for once per output, when its first
-//! chunk is placed or, for an output that arrived in frames, when it is complete (its
-//! chunks are then copied in, and counted in [`BcastStats::joined_bytes`](super::BcastStats)).
-//! With a hook, an output of one chunk is placed too. The hook is asked again for an
-//! output only when the memory it gave was written in part by a source that died and
-//! the rest came in frames from the new one; every buffer it gave is released once.
+//! [`Allocate`] ([`Broadcaster::set_allocator`]), whose docs say when it is asked: the
+//! output's one buffer is then the memory it gives.
 
 use alloc::boxed::Box;
 use core::fmt;

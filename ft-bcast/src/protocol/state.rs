@@ -18,11 +18,11 @@ use ft_core::{FrameError, Landing, Rank, RankSet, Slot};
 
 use super::codec::Want;
 use super::{BcastStats, TaskId};
+use crate::outputs::OutputSet;
 
 /// Lent memory for an output of the given length, when the application gives it (an
 /// allocation hook, [`super::Allocate`]).
 pub(super) type Lend<'a> = &'a mut dyn FnMut(usize) -> Option<Landing>;
-use crate::outputs::OutputSet;
 
 /// A descendant in a rank's subtree.
 #[derive(Clone, Debug, PartialEq, Eq)]
