@@ -37,8 +37,8 @@
 // `ft_recognize` of a rank that is not in the local failed set.
 #define FT_ERR_NOT_FAILED 4
 
-// This rank stopped: it was killed, declared dead by the others (fail-stop), or its
-// handle's backend failed.
+// This rank's handle stopped: it was shut down, its backend failed, or (from the
+// core, refusing a command) it had been declared dead.
 #define FT_ERR_STOPPED 5
 
 // The stack refused the command (a broadcast task id already in use, payloads that
@@ -63,6 +63,11 @@
 
 // A bug in the library (a panic, caught at the boundary).
 #define FT_ERR_INTERNAL 12
+
+// Its peers declared this rank dead, rightly or not, or an agreed validation excluded
+// it, and its handle stopped for good (fail-stop): the survivors go on without it, so
+// the process must leave as a dead rank does.
+#define FT_ERR_DECLARED_DEAD 13
 
 // Query scope: `L_i`, this rank's validated local view.
 #define FT_SCOPE_LOCAL 0
@@ -535,8 +540,9 @@ int ft_bcast_copies(const struct ft_handle *h, struct ft_copies *out);
 
 // Takes the oldest event of the handle into `*ev`, waiting up to `timeout_ms`
 // milliseconds for one (0: do not wait; negative: no timeout). `FT_ERR_TIMEOUT` when
-// none came; `FT_ERR_STOPPED` once the progress thread ended and every event queued
-// before was taken. Each event goes to exactly one caller, whatever the number of
+// none came; once the progress thread ended and every event queued before was taken,
+// `FT_ERR_DECLARED_DEAD` if the peers declared this rank dead (fail-stop), else
+// `FT_ERR_STOPPED`. Each event goes to exactly one caller, whatever the number of
 // threads calling. Hand every filled event to `ft_event_done`. Thread-safe; blocks.
 //
 // # Safety

@@ -259,8 +259,9 @@ fn take(runtime: &Runtime, timeout_ms: i64) -> Result<Option<Event>, ft::Runtime
 
 /// Takes the oldest event of the handle into `*ev`, waiting up to `timeout_ms`
 /// milliseconds for one (0: do not wait; negative: no timeout). `FT_ERR_TIMEOUT` when
-/// none came; `FT_ERR_STOPPED` once the progress thread ended and every event queued
-/// before was taken. Each event goes to exactly one caller, whatever the number of
+/// none came; once the progress thread ended and every event queued before was taken,
+/// `FT_ERR_DECLARED_DEAD` if the peers declared this rank dead (fail-stop), else
+/// `FT_ERR_STOPPED`. Each event goes to exactly one caller, whatever the number of
 /// threads calling. Hand every filled event to `ft_event_done`. Thread-safe; blocks.
 ///
 /// # Safety

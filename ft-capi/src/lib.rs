@@ -45,8 +45,8 @@ pub const FT_ERR_RANK: c_int = 2;
 pub const FT_ERR_SIZE: c_int = 3;
 /// `ft_recognize` of a rank that is not in the local failed set.
 pub const FT_ERR_NOT_FAILED: c_int = 4;
-/// This rank stopped: it was killed, declared dead by the others (fail-stop), or its
-/// handle's backend failed.
+/// This rank's handle stopped: it was shut down, its backend failed, or (from the
+/// core, refusing a command) it had been declared dead.
 pub const FT_ERR_STOPPED: c_int = 5;
 /// The stack refused the command (a broadcast task id already in use, payloads that
 /// do not match the spec, limits exceeded).
@@ -64,6 +64,10 @@ pub const FT_ERR_RELEASED: c_int = 10;
 pub const FT_ERR_BACKEND: c_int = 11;
 /// A bug in the library (a panic, caught at the boundary).
 pub const FT_ERR_INTERNAL: c_int = 12;
+/// Its peers declared this rank dead, rightly or not, or an agreed validation excluded
+/// it, and its handle stopped for good (fail-stop): the survivors go on without it, so
+/// the process must leave as a dead rank does.
+pub const FT_ERR_DECLARED_DEAD: c_int = 13;
 
 /// Query scope: `L_i`, this rank's validated local view.
 pub const FT_SCOPE_LOCAL: c_int = 0;
@@ -164,6 +168,7 @@ fn code_of(e: &RuntimeError) -> c_int {
         RuntimeError::BroadcastFailed { .. } => FT_ERR_REVOKED,
         RuntimeError::TimedOut { .. } => FT_ERR_TIMEOUT,
         RuntimeError::Released { .. } => FT_ERR_RELEASED,
+        RuntimeError::DeclaredDead { .. } | RuntimeError::Excluded { .. } => FT_ERR_DECLARED_DEAD,
         RuntimeError::Stopped(_) => FT_ERR_STOPPED,
         _ => FT_ERR_INTERNAL,
     }
@@ -221,7 +226,7 @@ pub extern "C" fn ft_strerror(code: c_int) -> *const c_char {
         FT_ERR_RANK => b"rank out of range (or removed by the shrink)\0",
         FT_ERR_SIZE => b"buffer too small: the size needed was written to the out-parameter\0",
         FT_ERR_NOT_FAILED => b"the rank is not known to have failed\0",
-        FT_ERR_STOPPED => b"this rank stopped (killed, declared dead, or its backend failed)\0",
+        FT_ERR_STOPPED => b"this rank's handle stopped (shut down, or its backend failed)\0",
         FT_ERR_REFUSED => b"command refused (broadcast key in use, payloads that do not match the spec, header or output over the limits)\0",
         FT_ERR_REVOKED => b"the communicator was revoked\0",
         FT_ERR_ABANDONED => b"broadcast abandoned: no live ancestor (the root died)\0",
@@ -229,6 +234,7 @@ pub extern "C" fn ft_strerror(code: c_int) -> *const c_char {
         FT_ERR_RELEASED => b"the broadcast was released while waited for\0",
         FT_ERR_BACKEND => b"the backend could not open the rank\0",
         FT_ERR_INTERNAL => b"internal error (a bug in the library)\0",
+        FT_ERR_DECLARED_DEAD => b"this rank was declared dead by its peers and stopped for good (fail-stop)\0",
         _ => b"unknown error code\0",
     };
     text.as_ptr().cast()

@@ -116,7 +116,7 @@ struct State {
     events: VecDeque<Event>,
     capacity: usize,
     dropped: u64,
-    closed: Option<String>,
+    closed: Option<Stopped>,
 }
 
 impl State {
@@ -193,7 +193,7 @@ impl EventQueue {
     }
 
     /// Marks the progress thread ended (the first reason stays); wakes every taker.
-    pub fn close(&self, why: String) {
+    pub fn close(&self, why: Stopped) {
         let mut state = self.lock();
         state.closed.get_or_insert(why);
         drop(state);
@@ -219,7 +219,7 @@ impl EventQueue {
         match self.take(&mut state) {
             Some(event) => Ok(Some(event)),
             None => match &state.closed {
-                Some(why) => Err(Stopped(why.clone())),
+                Some(why) => Err(why.clone()),
                 None => Ok(None),
             },
         }
@@ -236,7 +236,7 @@ impl EventQueue {
                 return Ok(Some(event));
             }
             if let Some(why) = &state.closed {
-                return Err(Stopped(why.clone()));
+                return Err(why.clone());
             }
             state = match deadline {
                 None => self.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
@@ -404,11 +404,17 @@ mod tests {
     fn queued_events_outlive_the_close() {
         let queue = EventQueue::new(8);
         queue.push_all([failed(4)]);
-        queue.close("declared dead".into());
-        queue.close("later reason".into());
+        queue.close(Stopped::Ended("declared dead".into()));
+        queue.close(Stopped::Ended("later reason".into()));
         assert_eq!(queue.next(None), Ok(Some(failed(4))));
-        assert_eq!(queue.next(None), Err(Stopped("declared dead".into())));
-        assert_eq!(queue.try_next(), Err(Stopped("declared dead".into())));
+        assert_eq!(
+            queue.next(None),
+            Err(Stopped::Ended("declared dead".into()))
+        );
+        assert_eq!(
+            queue.try_next(),
+            Err(Stopped::Ended("declared dead".into()))
+        );
     }
 
     #[test]
@@ -488,10 +494,10 @@ mod loom_tests {
                 thread::spawn(move || (queue.next(None), queue.next(None)))
             };
             queue.push_all([failed(3)]);
-            queue.close("gone".into());
+            queue.close(Stopped::Ended("gone".into()));
             let (first, second) = taker.join().unwrap();
             assert_eq!(first, Ok(Some(failed(3))));
-            assert_eq!(second, Err(Stopped("gone".into())));
+            assert_eq!(second, Err(Stopped::Ended("gone".into())));
         });
     }
 }

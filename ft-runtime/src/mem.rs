@@ -56,6 +56,8 @@ enum Frame {
 struct BoxState {
     frames: VecDeque<(Rank, Frame)>,
     dead: bool,
+    /// Every frame this rank sends is lost, while it keeps receiving.
+    muted: bool,
     /// The frame kind (header code) whose first send kills this rank, if any.
     dies_before: Option<u8>,
     /// A wake-up not consumed by a wait yet.
@@ -133,6 +135,16 @@ impl MemNet {
         }
     }
 
+    /// Mutes `rank`: every frame it sends from now on is lost, while it stays alive and
+    /// keeps receiving (a one-way partition). Its peers hear it fall silent and
+    /// declare it dead, and the notice reaches it: the case of a live rank declared
+    /// dead, which must stop (fail-stop). Out-of-range ranks are ignored.
+    pub fn mute(&self, rank: Rank) {
+        if let Some(mailbox) = self.boxes.get(rank as usize) {
+            mailbox.lock().muted = true;
+        }
+    }
+
     /// Arms a kill at a protocol step: `rank` dies (as by [`MemNet::kill`]) just
     /// before it sends its first frame of kind `kind`, which is lost. Tests use it to
     /// kill a rank at an exact point (a root before its first broadcast data).
@@ -192,7 +204,7 @@ impl MemTransport {
                 self.net.kill(self.rank);
                 return;
             }
-            if own.dead {
+            if own.dead || own.muted {
                 return;
             }
         }

@@ -53,7 +53,8 @@
 //!
 //! The thread ends on [`Runtime::shutdown`] (after serving its peers for the given
 //! time), on a backend error, or when the rank learns it was declared dead (fail-stop);
-//! then every waiting command fails with the reason ([`RuntimeError::Stopped`]).
+//! then every waiting command fails with the reason: [`RuntimeError::DeclaredDead`] or
+//! [`RuntimeError::Excluded`] for fail-stop, [`RuntimeError::Stopped`] otherwise.
 
 use std::any::Any;
 use std::collections::hash_map::Entry;
@@ -230,8 +231,32 @@ pub enum RuntimeError {
         /// The broadcast.
         task: TaskId,
     },
-    /// The progress thread has ended (backend error, declared dead, shut down).
+    /// Rank `by` declared this rank dead, rightly or not, and the progress thread has
+    /// stopped for good (fail-stop): the peers go on without this rank, so it must
+    /// leave as a dead rank does (exit, or at least never act as a live rank again).
+    DeclaredDead {
+        /// The observer whose declaration reached this rank.
+        by: Rank,
+    },
+    /// The global validation `epoch` agreed that this rank failed; it has stopped for
+    /// good, as under [`DeclaredDead`](RuntimeError::DeclaredDead).
+    Excluded {
+        /// The validation's epoch.
+        epoch: u32,
+    },
+    /// The progress thread has ended otherwise (shut down, a backend error).
     Stopped(String),
+}
+
+impl RuntimeError {
+    /// Whether the peers put this rank out of the group (a declaration, or an
+    /// exclusion by agreement): the rank must leave as a dead one does.
+    pub fn is_fail_stop(&self) -> bool {
+        matches!(
+            self,
+            RuntimeError::DeclaredDead { .. } | RuntimeError::Excluded { .. }
+        )
+    }
 }
 
 impl fmt::Display for RuntimeError {
@@ -254,6 +279,15 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Released { task } => {
                 write!(f, "broadcast {task} was released while waited for")
             }
+            RuntimeError::DeclaredDead { by } => {
+                write!(f, "declared dead by rank {by}; stopped (fail-stop)")
+            }
+            RuntimeError::Excluded { epoch } => {
+                write!(
+                    f,
+                    "excluded by global validation {epoch}; stopped (fail-stop)"
+                )
+            }
             RuntimeError::Stopped(why) => write!(f, "the progress thread has stopped: {why}"),
         }
     }
@@ -272,7 +306,11 @@ impl std::error::Error for RuntimeError {
 
 impl From<Stopped> for RuntimeError {
     fn from(e: Stopped) -> Self {
-        RuntimeError::Stopped(e.0)
+        match e {
+            Stopped::DeclaredDead { by } => RuntimeError::DeclaredDead { by },
+            Stopped::Excluded { epoch } => RuntimeError::Excluded { epoch },
+            Stopped::Ended(why) => RuntimeError::Stopped(why),
+        }
     }
 }
 
@@ -689,7 +727,7 @@ impl Told {
 }
 
 /// The progress loop; returns why it ended.
-fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue) -> String {
+fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue) -> Stopped {
     let mut waiting = Waiting::default();
     let mut told = Told::new(engine.stack().node().view().size());
     let mut learned: Vec<Event> = Vec::new();
@@ -706,17 +744,17 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue)
                         engine.linger(linger)
                     };
                     shared.complete(ticket, Outcome::ShutDown);
-                    return match result {
+                    return Stopped::Ended(match result {
                         Ok(()) => "shut down".into(),
                         Err(e) => format!("backend error while lingering: {e}"),
-                    };
+                    });
                 }
-                Err(e) => return format!("backend error: {e}"),
+                Err(e) => return Stopped::Ended(format!("backend error: {e}")),
             }
         }
         let busy = match engine.pump() {
             Ok(busy) => busy,
-            Err(e) => return format!("backend error: {e}"),
+            Err(e) => return Stopped::Ended(format!("backend error: {e}")),
         };
         let mut view_changed = false;
         while let Some(event) = engine.next_event() {
@@ -750,10 +788,10 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue)
                     });
                 }
                 StackEvent::Node(NodeEvent::DeclaredDeadSelf { by }) => {
-                    return format!("declared dead by rank {by} (fail-stop)");
+                    return Stopped::DeclaredDead { by };
                 }
                 StackEvent::Node(NodeEvent::SelfExcluded { epoch }) => {
-                    return format!("excluded by global validation {epoch} (fail-stop)");
+                    return Stopped::Excluded { epoch };
                 }
                 StackEvent::Node(event) => {
                     match event {
@@ -813,7 +851,7 @@ fn progress<E: Engine>(mut engine: E, shared: &SharedState, events: &EventQueue)
         }
         if idle && !busy {
             if let Err(e) = engine.wait_idle() {
-                return format!("backend error: {e}");
+                return Stopped::Ended(format!("backend error: {e}"));
             }
         }
     }

@@ -27,18 +27,52 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
+use ft_core::Rank;
+
 use crate::sync::{Condvar, Mutex, MutexGuard};
 
 /// Names one submitted command and its outcome.
 pub(crate) type Ticket = u64;
 
-/// The progress thread has ended; the text says why.
+/// Why the progress thread has ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stopped(pub String);
+pub enum Stopped {
+    /// Rank `by` declared this rank dead, rightly or not. The rank stops for good
+    /// (fail-stop): its peers go on without it, so it must not act as a live rank.
+    DeclaredDead {
+        /// The observer whose declaration reached this rank.
+        by: Rank,
+    },
+    /// The global validation `epoch` agreed that this rank failed; it stops for good,
+    /// as under [`DeclaredDead`](Stopped::DeclaredDead).
+    Excluded {
+        /// The validation's epoch.
+        epoch: u32,
+    },
+    /// Any other end: a shutdown, a backend error, a thread that could not start.
+    Ended(String),
+}
+
+impl Stopped {
+    /// Whether this rank was put out of the group by its peers (fail-stop): a
+    /// declaration or an exclusion by agreement.
+    pub fn is_fail_stop(&self) -> bool {
+        matches!(
+            self,
+            Stopped::DeclaredDead { .. } | Stopped::Excluded { .. }
+        )
+    }
+}
 
 impl fmt::Display for Stopped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the progress thread has stopped: {}", self.0)
+        match self {
+            Stopped::DeclaredDead { by } => write!(f, "declared dead by rank {by} (fail-stop)"),
+            Stopped::Excluded { epoch } => {
+                write!(f, "excluded by global validation {epoch} (fail-stop)")
+            }
+            Stopped::Ended(why) => write!(f, "{why}"),
+        }
     }
 }
 
@@ -49,7 +83,7 @@ struct State<C, O, S> {
     outcomes: Vec<(Ticket, O)>,
     next_ticket: Ticket,
     snapshot: (u64, Arc<S>),
-    closed: Option<String>,
+    closed: Option<Stopped>,
 }
 
 /// See the [module docs](self).
@@ -85,7 +119,7 @@ impl<C, O, S> Shared<C, O, S> {
     pub(crate) fn submit(&self, command: C) -> Result<Ticket, Stopped> {
         let mut state = self.lock();
         if let Some(why) = &state.closed {
-            return Err(Stopped(why.clone()));
+            return Err(why.clone());
         }
         let ticket = state.next_ticket;
         state.next_ticket += 1;
@@ -102,7 +136,7 @@ impl<C, O, S> Shared<C, O, S> {
                 return Ok(state.outcomes.swap_remove(at).1);
             }
             if let Some(why) = &state.closed {
-                return Err(Stopped(why.clone()));
+                return Err(why.clone());
             }
             state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
@@ -136,7 +170,7 @@ impl<C, O, S> Shared<C, O, S> {
 
     /// Marks the progress thread ended (the first reason given stays): queued
     /// commands are dropped, waiters without an outcome get [`Stopped`].
-    pub(crate) fn close(&self, why: String) {
+    pub(crate) fn close(&self, why: Stopped) {
         let mut state = self.lock();
         state.closed.get_or_insert(why);
         state.commands.clear();
@@ -167,11 +201,14 @@ mod tests {
         let done = shared.submit("done").unwrap();
         let open = shared.submit("open").unwrap();
         shared.complete(done, 7);
-        shared.close("MPI error".into());
-        shared.close("second reason".into());
+        shared.close(Stopped::Ended("MPI error".into()));
+        shared.close(Stopped::Ended("second reason".into()));
         assert_eq!(shared.wait(done), Ok(7), "completed before the close");
-        assert_eq!(shared.wait(open), Err(Stopped("MPI error".into())));
-        assert_eq!(shared.submit("late"), Err(Stopped("MPI error".into())));
+        assert_eq!(shared.wait(open), Err(Stopped::Ended("MPI error".into())));
+        assert_eq!(
+            shared.submit("late"),
+            Err(Stopped::Ended("MPI error".into()))
+        );
         assert!(shared.take_commands().is_empty());
     }
 
@@ -232,8 +269,8 @@ mod loom_tests {
                     Err(stopped) => Err(stopped),
                 })
             };
-            shared.close("gone".into());
-            assert_eq!(app.join().unwrap(), Err(Stopped("gone".into())));
+            shared.close(Stopped::Ended("gone".into()));
+            assert_eq!(app.join().unwrap(), Err(Stopped::Ended("gone".into())));
         });
     }
 

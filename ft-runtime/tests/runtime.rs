@@ -235,6 +235,41 @@ fn revoke_is_published_and_typed_errors_come_back() {
     );
 }
 
+/// A live rank whose peers cannot hear it is declared dead; once the notice reaches it,
+/// its handle stops for good with the typed reason, and the survivors agree on it.
+#[test]
+fn a_live_rank_declared_dead_stops_with_the_reason() {
+    let (net, ranks) = group(4);
+    net.mute(2);
+    for &r in &[0, 1, 3] {
+        await_deaths(&ranks[r], &[2]);
+    }
+    for result in validate_all(&ranks, &[0, 1, 3]) {
+        assert_eq!(result.agreed.iter().collect::<Vec<_>>(), vec![2]);
+    }
+    let end = loop {
+        match ranks[2].next_event(Some(LIMIT)) {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("rank 2 never learned it was declared dead"),
+            Err(e) => break e,
+        }
+    };
+    assert!(end.is_fail_stop(), "{end:?}");
+    assert!(
+        matches!(
+            end,
+            RuntimeError::DeclaredDead { by } if by != 2
+        ) || matches!(end, RuntimeError::Excluded { .. }),
+        "{end:?}"
+    );
+    let later = ranks[2].validate_local().unwrap_err();
+    assert_eq!(later, end, "every later call gives the same reason");
+    assert!(
+        !net.is_dead(2),
+        "muted, not killed: the rank stopped itself"
+    );
+}
+
 #[test]
 fn a_runtime_is_send_and_sync() {
     fn shareable<T: Send + Sync>() {}

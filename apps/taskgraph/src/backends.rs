@@ -126,12 +126,11 @@ fn run_one(
     });
     // Declared dead by its peers (rightly or not), the rank stops as a dead one does:
     // the job goes on without it.
-    if result.as_ref().is_err_and(|e| e.contains("(fail-stop)")) {
-        eprintln!(
-            "fttask: {}",
-            result.as_ref().err().map_or("", String::as_str)
-        );
-        sigkill_self();
+    if let (Err(why), Err(stop)) = (&result, handle.copies()) {
+        if stop.is_fail_stop() {
+            eprintln!("fttask: {why}: {stop}");
+            sigkill_self();
+        }
     }
     let _ = handle.shutdown(LINGER);
     match result {
