@@ -6,8 +6,8 @@
 //! local consumers theirs, and starts **one** broadcast for `t` (key `t` with a
 //! per-rank sequence number above bit 32, header = class, parameters and the outputs
 //! carried), each output to exactly the ranks that own its consumers. A remote rank
-//! learns of it from [`Event::Arrived`] (the header says which task and outputs) and
-//! takes each output on [`Event::OutputReady`]; a task whose inputs are all held is
+//! learns of it from [`Event::Arrived`](ft::Event::Arrived) (the header says which task and outputs) and
+//! takes each output on [`Event::OutputReady`](ft::Event::OutputReady); a task whose inputs are all held is
 //! queued for the workers.
 //!
 //! Invariants:
