@@ -191,14 +191,20 @@ static void run_successor(ft_handle *h, uint32_t me) {
 /* One rank's part; the closing validation is the barrier before anyone releases. */
 static void run_rank(ft_handle *h, uint32_t me, int check_copies) {
     static uint8_t a[A_BYTES], b[B_BYTES];
+    uint32_t num_failed, num_new;
+    if (me != 0) {
+        pthread_mutex_init(&arenas[me].lock, NULL);
+        CHECK(ft_set_allocator(h, arena_alloc, arena_release, &arenas[me]));
+    }
+    /* A validation is the barrier after which the root sends: every destination's
+     * allocator is in place before any of its data can arrive. */
+    CHECK(ft_validate_global(h, &num_failed, &num_new));
+    assert(num_failed == 0);
     if (me == 0) {
         run_start(h, a, b);
     } else {
-        pthread_mutex_init(&arenas[me].lock, NULL);
-        CHECK(ft_set_allocator(h, arena_alloc, arena_release, &arenas[me]));
         run_successor(h, me);
     }
-    uint32_t num_failed, num_new;
     CHECK(ft_validate_global(h, &num_failed, &num_new));
     assert(num_failed == 0);
     ft_copies copies;
