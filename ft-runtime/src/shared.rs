@@ -53,17 +53,6 @@ pub enum Stopped {
     Ended(String),
 }
 
-impl Stopped {
-    /// Whether this rank was put out of the group by its peers (fail-stop): a
-    /// declaration or an exclusion by agreement.
-    pub fn is_fail_stop(&self) -> bool {
-        matches!(
-            self,
-            Stopped::DeclaredDead { .. } | Stopped::Excluded { .. }
-        )
-    }
-}
-
 impl fmt::Display for Stopped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
