@@ -39,15 +39,26 @@ impl OfiTransport {
             })?;
         // RMA if the provider offers it (also when this rank sends two-sided: it still
         // serves its peers' offers); plain messages otherwise.
-        let (info, rma_available) =
-            match get_info(&provider, &config.provider, address.as_deref(), true) {
-                Ok(info) => (info, true),
-                Err(OfiError::ProviderNotFound { .. }) => (
-                    get_info(&provider, &config.provider, address.as_deref(), false)?,
+        let (info, rma_available) = match get_info(
+            &provider,
+            &config.provider,
+            address.as_deref(),
+            true,
+            config.size,
+        ) {
+            Ok(info) => (info, true),
+            Err(OfiError::ProviderNotFound { .. }) => (
+                get_info(
+                    &provider,
+                    &config.provider,
+                    address.as_deref(),
                     false,
-                ),
-                Err(e) => return Err(e),
-            };
+                    config.size,
+                )?,
+                false,
+            ),
+            Err(e) => return Err(e),
+        };
         let mut transport = OfiTransport {
             me: config.rank,
             n: config.size,
@@ -296,33 +307,60 @@ impl Drop for OfiTransport {
     }
 }
 
-/// Turns off `ofi_rxm`'s dynamic receive buffers (received data placed straight into
-/// the application's buffer by the `tcp` provider) unless the environment already
-/// decides: in libfabric 1.17 a message longer than its receive buffer then completes
-/// with `FI_ETRUNC` but no length or CQ data, and breaks the connection, so later sends
-/// to that rank fail. With rxm's own bounce buffers a truncated message is reported
-/// whole and the connection lives on. libfabric reads the variable when its providers
-/// load, at the process's first `fi_getinfo`.
-fn configure_rxm_once() {
+/// Sets two `ofi_rxm` variables the environment leaves unset, once per process
+/// (libfabric reads them when its providers load, at the process's first `fi_getinfo`,
+/// so the first endpoint's job size decides for the process):
+///
+/// - `FI_OFI_RXM_ENABLE_DYN_RBUF=0`: no dynamic receive buffers (received data placed
+///   straight into the application's buffer by the `tcp` provider). In libfabric 1.17 a
+///   message longer than its receive buffer then completes with `FI_ETRUNC` but no
+///   length or CQ data, and breaks the connection, so later sends to that rank fail.
+///   With rxm's own bounce buffers a truncated message is reported whole and the
+///   connection lives on.
+/// - `FI_OFI_RXM_MSG_RX_SIZE` from [`rxm_rx_size`]: rxm allocates and zeroes that many
+///   bounce buffers (16 KiB each) for every connection when it is made, which is on the
+///   first send to a peer, inside the send call. At rxm's default of 128 a connection
+///   costs 2 MiB of page faults; with 64 ranks on 2 cores the progress loops making
+///   their first connections stalled for longer than the detector's timeout and live
+///   ranks were declared dead. Fewer buffers per connection in larger jobs keep the
+///   cost of a connection, and the memory, bounded.
+fn configure_rxm_once(size: u32) {
     static ONCE: Once = Once::new();
-    const VAR: &str = "FI_OFI_RXM_ENABLE_DYN_RBUF";
+    const DYN_RBUF: &str = "FI_OFI_RXM_ENABLE_DYN_RBUF";
+    const RX_SIZE: &str = "FI_OFI_RXM_MSG_RX_SIZE";
     ONCE.call_once(|| {
-        if std::env::var_os(VAR).is_none() {
-            // Every fi_getinfo of this crate runs after this (the Once blocks them).
-            std::env::set_var(VAR, "0");
+        // Every fi_getinfo of this crate runs after this (the Once blocks them).
+        if std::env::var_os(DYN_RBUF).is_none() {
+            std::env::set_var(DYN_RBUF, "0");
+        }
+        if std::env::var_os(RX_SIZE).is_none() {
+            std::env::set_var(RX_SIZE, rxm_rx_size(size).to_string());
         }
     });
 }
 
+/// Receive buffers per `ofi_rxm` connection in a job of `size` ranks: rxm's own default
+/// (128) up to 32 ranks, then a budget of 4096 buffers over the `size - 1` possible
+/// peers, and never fewer than 32 (what jobs of 128 ranks run with on 2 cores with no
+/// false declaration).
+pub(crate) fn rxm_rx_size(size: u32) -> u32 {
+    const DEFAULT: u32 = 128;
+    const FLOOR: u32 = 32;
+    const BUDGET: u32 = 4096;
+    (BUDGET / size.saturating_sub(1).max(1)).clamp(FLOOR, DEFAULT)
+}
+
 /// The first `fi_info` of `provider` (`name` for messages) for an RDM endpoint bound to
-/// `address` if one is given, with RMA reads of registered memory if `rma`.
+/// `address` if one is given, with RMA reads of registered memory if `rma`, for a job of
+/// `size` ranks (it sizes rxm's receive buffers: [`configure_rxm_once`]).
 fn get_info(
     provider: &CStr,
     name: &str,
     address: Option<&CStr>,
     rma: bool,
+    size: u32,
 ) -> Result<*mut sys::fi_info, OfiError> {
-    configure_rxm_once();
+    configure_rxm_once(size);
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs
     // allocated (or null); the provider name is a malloc'd copy that fi_freeinfo frees
     // with the hints; fi_getinfo reads the hints and writes the list it allocates.
@@ -388,5 +426,21 @@ fn get_info(
             (*info).next = ptr::null_mut();
         }
         Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rxm_rx_size;
+
+    #[test]
+    fn rxm_receive_buffers_shrink_with_the_job_between_the_floor_and_rxms_default() {
+        assert_eq!(rxm_rx_size(1), 128);
+        assert_eq!(rxm_rx_size(2), 128);
+        assert_eq!(rxm_rx_size(32), 128);
+        assert_eq!(rxm_rx_size(64), 65);
+        assert_eq!(rxm_rx_size(128), 32);
+        assert_eq!(rxm_rx_size(1024), 32);
+        assert_eq!(rxm_rx_size(u32::MAX), 32);
     }
 }

@@ -76,7 +76,11 @@
 //! For `ofi_rxm` the transport turns off dynamic receive buffers
 //! (`FI_OFI_RXM_ENABLE_DYN_RBUF=0`, unless the environment sets it): with them, libfabric
 //! 1.17 reports a truncated message without its length or sender and breaks the
-//! connection it came on.
+//! connection it came on. It also sizes rxm's bounce buffers per connection
+//! (`FI_OFI_RXM_MSG_RX_SIZE`) by the job: rxm's default of 128 up to 32 ranks, down to
+//! 32 from 128 ranks, since rxm allocates and zeroes them inside the first send to each
+//! peer, and at rxm's default that stalled the progress loops of a 64-rank job on 2
+//! cores past the detector's timeout.
 //!
 //! Invariants:
 //!
