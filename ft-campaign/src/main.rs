@@ -6,18 +6,24 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use ft_campaign::{Backend, Campaign, GenConfig, Timing, Tools};
+use ft_campaign::{parse_ranks, App, Backend, Campaign, GenConfig, Timing, Tools};
 
 #[derive(Parser)]
 #[command(
     version,
-    about = "Runs randomized real jobs with random kills on a backend and reports hangs, \
-             disagreements on G and lost outputs"
+    about = "Runs randomized real jobs (ft-jobs' validate and broadcast, or fttask task \
+             graphs) with random kills on a backend and reports hangs, disagreements on G \
+             and lost outputs"
 )]
 struct Cli {
-    /// The backend: `ofi-tcp`, `ofi-sockets` or `mpi`.
+    /// The backend: `ofi-tcp`, `ofi-sockets` or `mpi` (for `--app taskgraph`: `ftrun`
+    /// over tcp or sockets, or `mpiexec --with-ft ulfm`, around `fttask`).
     #[arg(long, value_parser = parse_backend)]
     backend: Backend,
+    /// The application: `jobs` (ft-jobs' validate and broadcast jobs) or `taskgraph`
+    /// (the task-graph runtime `fttask`).
+    #[arg(long, value_parser = parse_app, default_value = "jobs")]
+    app: App,
     /// How many runs (indices 0..N).
     #[arg(long, default_value_t = 10)]
     runs: u64,
@@ -27,13 +33,13 @@ struct Cli {
     /// Run only this run index (to replay a failure).
     #[arg(long)]
     only: Option<u64>,
-    /// The largest job (jobs have 2 to this many ranks).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..))]
-    ranks_max: u32,
-    /// The most ranks one job kills (never more than half of them).
+    /// Job sizes: `A..B` (A to B ranks, both included) or `N`; at least 2.
+    #[arg(long, default_value = "2..8", value_parser = parse_ranks_arg)]
+    ranks: (u32, u32),
+    /// The most ranks one job kills (never more than half of them at once, never all).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_kills: u32,
-    /// Heartbeat period given to every job.
+    /// Heartbeat period given to every job (`--app jobs`; `fttask` has its own).
     #[arg(long, default_value_t = 50)]
     period_ms: u64,
     /// Detector timeout given to every job.
@@ -58,6 +64,13 @@ struct Cli {
     /// The `ftmpi` binary (default: beside this one).
     #[arg(long)]
     ftmpi: Option<PathBuf>,
+    /// The `fttask` binary, built with the backend's feature (`--features ofi` for
+    /// `ofi-*`, `--features mpi` for `mpi`; default: beside this one).
+    #[arg(long)]
+    fttask: Option<PathBuf>,
+    /// The `ftrun` launcher of task-graph jobs over libfabric (default: beside this one).
+    #[arg(long)]
+    ftrun: Option<PathBuf>,
     /// Open MPI's `mpiexec` (default: `FT_MPIEXEC`, beside `MPICC`, or
     /// `.tools/openmpi-5.0.11/bin/mpiexec`).
     #[arg(long)]
@@ -71,46 +84,64 @@ fn parse_backend(name: &str) -> Result<Backend, String> {
     })
 }
 
+fn parse_app(name: &str) -> Result<App, String> {
+    App::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = App::ALL.iter().map(|a| a.name()).collect();
+        format!("unknown app {name:?} (one of {})", names.join(", "))
+    })
+}
+
+fn parse_ranks_arg(s: &str) -> Result<(u32, u32), String> {
+    parse_ranks(s).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut tools = Tools::beside_this_executable();
     tools.ftofi = cli.ftofi.clone().unwrap_or(tools.ftofi);
     tools.ftmpi = cli.ftmpi.clone().unwrap_or(tools.ftmpi);
     tools.mpiexec = cli.mpiexec.clone().unwrap_or(tools.mpiexec);
-    let program = match cli.backend {
-        Backend::OfiTcp | Backend::OfiSockets => &tools.ftofi,
-        Backend::Mpi => &tools.ftmpi,
+    tools.fttask = cli.fttask.clone().unwrap_or(tools.fttask);
+    tools.ftrun = cli.ftrun.clone().unwrap_or(tools.ftrun);
+    let ofi = cli.backend != Backend::Mpi;
+    // What must exist, and how to get it.
+    let needed: Vec<(&PathBuf, &str, &str)> = match cli.app {
+        App::Jobs if ofi => vec![(&tools.ftofi, "-p backend-ofi", "ftofi")],
+        App::Jobs => vec![(&tools.ftmpi, "-p backend-mpi", "ftmpi")],
+        App::Taskgraph if ofi => vec![
+            (&tools.fttask, "-p ft-taskgraph --features ofi", "fttask"),
+            (&tools.ftrun, "-p ft-launch", "ftrun"),
+        ],
+        App::Taskgraph => vec![(&tools.fttask, "-p ft-taskgraph --features mpi", "fttask")],
     };
-    if !program.exists() {
-        eprintln!(
-            "ftcampaign: {} not found (build it: cargo build --release -p {}, or name it \
-             with --{})",
-            program.display(),
-            if cli.backend == Backend::Mpi {
-                "backend-mpi"
-            } else {
-                "backend-ofi"
-            },
-            if cli.backend == Backend::Mpi {
-                "ftmpi"
-            } else {
-                "ftofi"
-            },
-        );
-        return ExitCode::from(2);
+    for (program, package, flag) in needed {
+        if !program.exists() {
+            eprintln!(
+                "ftcampaign: {} not found (build it: cargo build --release {package}, or name \
+                 it with --{flag})",
+                program.display(),
+            );
+            return ExitCode::from(2);
+        }
     }
     let logs = cli.logs.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("ftcampaign-{}-seed{}", cli.backend, cli.seed))
+        let app = match cli.app {
+            App::Jobs => String::new(),
+            App::Taskgraph => "taskgraph-".into(),
+        };
+        std::env::temp_dir().join(format!("ftcampaign-{app}{}-seed{}", cli.backend, cli.seed))
     });
     let campaign = Campaign {
         backend: cli.backend,
+        app: cli.app,
         seed: cli.seed,
         runs: match cli.only {
             Some(run) => vec![run],
             None => (0..cli.runs).collect(),
         },
         gen: GenConfig {
-            ranks_max: cli.ranks_max,
+            ranks_min: cli.ranks.0,
+            ranks_max: cli.ranks.1,
             max_kills: cli.max_kills,
         },
         timing: Timing {

@@ -1,6 +1,7 @@
 //! Judging one run from what it left: whether it ended in time, its exit status, the
 //! survivors' JSON lines (read and checked with `ft_jobs::report`) and their standard
-//! error.
+//! error; a task-graph run from `fttask`'s JSON line, against the checksum of the same
+//! workload run failure-free in the simulator.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -9,7 +10,7 @@ use ft_core::Rank;
 use ft_jobs::report;
 use serde_json::{json, Value};
 
-use crate::generate::{Job, JobKind, Plan};
+use crate::generate::{Job, JobKind, Plan, TaskRun};
 
 /// What a run came to, worst first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,6 +26,10 @@ pub enum Class {
     /// Anything else: the launcher failed, a survivor stopped with an error (a false
     /// suspicion, ...), a killed rank lived on, a line was unreadable.
     Other,
+    /// A task-graph run in which a rank that was not killed died too, and `fttask`'s
+    /// watchdog said why: its progress thread made no turn (a known libfabric progress
+    /// stall). Reported on its own, and a failure.
+    Stall,
     /// Every check passed.
     Ok,
 }
@@ -37,6 +42,7 @@ impl Class {
             Class::Disagreement => "disagreement",
             Class::LostOutputs => "lost-outputs",
             Class::Other => "other",
+            Class::Stall => "progress-stall",
             Class::Ok => "ok",
         }
     }
@@ -58,7 +64,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn new(class: Class, detail: impl Into<String>) -> Self {
+    /// A verdict of `class` because of `detail`.
+    pub fn new(class: Class, detail: impl Into<String>) -> Self {
         Verdict {
             class,
             detail: detail.into(),
@@ -81,16 +88,26 @@ pub struct Outcome {
     pub stderr: String,
 }
 
-/// The first lines of `stderr` that say something went wrong.
+/// The first lines of `stderr` that say something went wrong (each once: every rank
+/// may print the same).
 fn errors(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("error") || l.contains("ftofi:") || l.contains("ftmpi:")
-        })
-        .take(4)
-        .collect();
+    let mut lines: Vec<&str> = Vec::new();
+    let wrong = stderr.lines().filter(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("error")
+            || l.contains("ftofi:")
+            || l.contains("ftmpi:")
+            || l.contains("fttask:")
+            || l.contains("ftrun:")
+    });
+    for line in wrong {
+        if lines.len() == 4 {
+            break;
+        }
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
     if lines.is_empty() {
         stderr.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
     } else {
@@ -130,6 +147,10 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
     let checked = match &job.kind {
         JobKind::Validate => check_validate(&lines, &killed),
         JobKind::Broadcast(plan) => check_broadcast(plan, &lines, &killed),
+        JobKind::Taskgraph(_) => Err(Verdict::new(
+            Class::Other,
+            "a task-graph run is judged against its failure-free checksum (judge_taskgraph)",
+        )),
     };
     if let Err(mut verdict) = checked {
         // A survivor missing is often the cause (it stopped, the others declared it).
@@ -161,6 +182,90 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
                 errors(&outcome.stderr)
             ),
         );
+    }
+    Verdict::new(Class::Ok, "")
+}
+
+/// The line `fttask`'s watchdog prints when a rank's progress thread stalled.
+pub const WATCHDOG: &str = "made no turn";
+
+/// Classifies a task-graph run of `job` (`task` is its `fttask` job), whose workload
+/// gives the checksum `reference` when run failure-free: the last JSON line of
+/// `"app":"taskgraph"` must hold that checksum, `dead` exactly the killed set and
+/// `ok: true`, and the launcher must exit 0.
+pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Outcome) -> Verdict {
+    if outcome.timed_out {
+        return Verdict::new(Class::Hang, "ran past the job timeout and was killed");
+    }
+    if outcome.stderr.contains("ran past") {
+        return Verdict::new(
+            Class::Hang,
+            format!(
+                "the launcher's job limit fired: {}",
+                errors(&outcome.stderr)
+            ),
+        );
+    }
+    let failed = || format!("{}; {}", outcome.status, errors(&outcome.stderr));
+    let Some(line) = outcome
+        .stdout
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|v| v["app"] == "taskgraph")
+    else {
+        return Verdict::new(
+            Class::Other,
+            format!("no fttask report line ({})", failed()),
+        );
+    };
+    if line["checksum"] != reference {
+        return Verdict::new(
+            Class::LostOutputs,
+            format!(
+                "checksum {} but {reference} failure-free ({})",
+                line["checksum"],
+                task.workload.key()
+            ),
+        );
+    }
+    let dead = killed_set(&job.kills);
+    let Some(agreed) = report::rank_set(&line["dead"]) else {
+        return Verdict::new(Class::Other, format!("unreadable dead {}", line["dead"]));
+    };
+    if agreed != dead {
+        if agreed.is_superset(&dead) && outcome.stderr.contains(WATCHDOG) {
+            let watchdog: Vec<&str> = outcome
+                .stderr
+                .lines()
+                .filter(|l| l.contains(WATCHDOG))
+                .take(2)
+                .collect();
+            return Verdict::new(
+                Class::Stall,
+                format!(
+                    "dead {} but killed {:?}: {}",
+                    line["dead"],
+                    job.kills,
+                    watchdog.join(" | ")
+                ),
+            );
+        }
+        return Verdict::new(
+            Class::Disagreement,
+            format!(
+                "dead {} but killed {:?} ({})",
+                line["dead"],
+                job.kills,
+                failed()
+            ),
+        );
+    }
+    if line["ok"] != true {
+        return Verdict::new(Class::Other, format!("not ok: {line}"));
+    }
+    if !outcome.success {
+        return Verdict::new(Class::Other, format!("the launcher failed ({})", failed()));
     }
     Verdict::new(Class::Ok, "")
 }
@@ -259,7 +364,7 @@ fn check_broadcast(plan: &Plan, lines: &[Value], killed: &[Rank]) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::{Moment, Output};
+    use crate::generate::{KillFlag, Moment, Output, Workload};
 
     fn validate_job(kills: Vec<Rank>) -> Job {
         Job {
@@ -371,5 +476,60 @@ mod tests {
         ]
         .join("\n");
         assert_eq!(judge(&job, &outcome(&no_g)).class, Class::Disagreement);
+    }
+
+    #[test]
+    fn taskgraph_runs_are_judged() {
+        let task = TaskRun {
+            workload: Workload::Random {
+                tasks: 30,
+                max_bytes: 1024,
+                seed: 3,
+            },
+            strategy: "per-class".into(),
+            topology: None,
+            flags: vec![KillFlag {
+                ranks: vec![1],
+                after: 2,
+            }],
+            owned: vec![8, 7, 8, 7],
+        };
+        let job = Job {
+            kind: JobKind::Taskgraph(task.clone()),
+            kills: vec![1],
+            moment: Moment::AfterTasks,
+            ..validate_job(vec![])
+        };
+        let line = |dead: Value, checksum: &str, ok: bool| {
+            format!(
+                "some workload line\n{}",
+                json!({"app": "taskgraph", "ok": ok, "dead": dead, "checksum": checksum})
+            )
+        };
+        let judged = |o: &Outcome| judge_taskgraph(&job, &task, "abc", o).class;
+        assert_eq!(judged(&outcome(&line(json!([1]), "abc", true))), Class::Ok);
+        assert_eq!(
+            judged(&outcome(&line(json!([1]), "abd", true))),
+            Class::LostOutputs
+        );
+        assert_eq!(
+            judged(&outcome(&line(json!([]), "abc", true))),
+            Class::Disagreement
+        );
+        assert_eq!(
+            judged(&outcome(&line(json!([1]), "abc", false))),
+            Class::Other
+        );
+        assert_eq!(judged(&outcome("")), Class::Other);
+        let mut extra = outcome(&line(json!([1, 3]), "abc", true));
+        assert_eq!(judged(&extra), Class::Disagreement);
+        extra.stderr = "[rank 3] fttask: rank 3: the progress thread made no turn for 3s".into();
+        assert_eq!(judged(&extra), Class::Stall);
+        let mut failed = outcome(&line(json!([1]), "abc", true));
+        failed.success = false;
+        assert_eq!(judged(&failed), Class::Other);
+        let mut hung = outcome("");
+        hung.timed_out = true;
+        assert_eq!(judged(&hung), Class::Hang);
     }
 }

@@ -56,6 +56,10 @@ pub struct Cli {
     /// The longest a job may run, in seconds.
     #[arg(long, global = true, default_value_t = 600)]
     pub limit_s: u64,
+    /// Run nothing: print `{"owned":[c0,...],"tasks":T}`, the tasks each of the `-n`
+    /// ranks owns failure-free (a `--kill R@K` needs `K` below rank R's count).
+    #[arg(long, global = true)]
+    pub owned: bool,
     /// The workload.
     #[command(subcommand)]
     pub workload: WorkloadArgs,
@@ -183,15 +187,26 @@ fn parse_kill(s: &str) -> Result<KillFlag, InputError> {
     Ok(KillFlag { ranks: list, after })
 }
 
-/// The workload and options of `cli` on `n` ranks, every input checked.
-pub fn prepare(cli: &Cli, n: u32) -> Result<(Box<dyn Workload>, Options), InputError> {
+/// The `--owned` line of `cli` (`-n` required, on every backend): the tasks each rank
+/// owns in the failure-free mapping, and the work tasks in all, as one JSON object.
+pub fn owned_line(cli: &Cli) -> Result<String, InputError> {
+    let n = cli
+        .ranks
+        .ok_or_else(|| InputError::Ranks("--owned needs -n".into()))?;
     if n == 0 {
         return Err(InputError::Zero("the number of ranks"));
     }
-    if cli.workers == 0 {
-        return Err(InputError::Zero("--workers"));
-    }
-    let work: Box<dyn Workload> = match cli.workload {
+    let work = workload(cli, n)?;
+    let graph = work.graph();
+    Ok(
+        serde_json::json!({"owned": graph.owned_counts(n), "tasks": graph.work_tasks()})
+            .to_string(),
+    )
+}
+
+/// The workload of `cli` on `n` ranks, its parameters checked.
+fn workload(cli: &Cli, n: u32) -> Result<Box<dyn Workload>, InputError> {
+    Ok(match cli.workload {
         WorkloadArgs::Issue624 => {
             if n < 3 {
                 return Err(InputError::TooFewRanks(n));
@@ -224,7 +239,18 @@ pub fn prepare(cli: &Cli, n: u32) -> Result<(Box<dyn Workload>, Options), InputE
             }
             Box::new(RandomDag::new(tasks, max_bytes, seed, n))
         }
-    };
+    })
+}
+
+/// The workload and options of `cli` on `n` ranks, every input checked.
+pub fn prepare(cli: &Cli, n: u32) -> Result<(Box<dyn Workload>, Options), InputError> {
+    if n == 0 {
+        return Err(InputError::Zero("the number of ranks"));
+    }
+    if cli.workers == 0 {
+        return Err(InputError::Zero("--workers"));
+    }
+    let work = workload(cli, n)?;
     let kills = cli
         .kills
         .iter()
@@ -321,5 +347,20 @@ mod tests {
         assert!(check(&["--kill", "1@0", "issue624"], 3).is_none());
         assert!(Cli::try_parse_from(["fttask", "--strategy", "nope", "issue624"]).is_err());
         assert!(Cli::try_parse_from(["fttask", "lu"]).is_err());
+    }
+
+    #[test]
+    fn owned_counts_are_printed_without_running() {
+        let line = owned_line(&cli(&["-n", "3", "--owned", "issue624"])).unwrap();
+        assert_eq!(line, r#"{"owned":[1,1,1],"tasks":3}"#);
+        let line = owned_line(&cli(&["--owned", "-n", "4", "cholesky", "--tiles", "4"])).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let owned: Vec<u64> = serde_json::from_value(v["owned"].clone()).unwrap();
+        assert_eq!(owned.len(), 4);
+        assert_eq!(owned.iter().sum::<u64>(), v["tasks"].as_u64().unwrap());
+        assert!(matches!(
+            owned_line(&cli(&["--owned", "random"])),
+            Err(InputError::Ranks(_))
+        ));
     }
 }

@@ -7,6 +7,16 @@ use ft_taskgraph::cli::{Backend, Cli};
 
 fn main() {
     let cli = Cli::parse();
+    if cli.owned {
+        match ft_taskgraph::cli::owned_line(&cli) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("fttask: {e}");
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
     let end = match cli.backend {
         Backend::Sim => run_sim(&cli),
         Backend::Ofi => run_ofi(&cli),
