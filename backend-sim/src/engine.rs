@@ -430,6 +430,20 @@ pub fn detection_bound(n: u32, k: u32, settings: &RunSettings, net: &NetModel) -
         + net.delay().saturating_mul(u64::from(ceil_log2(n) + 4))
 }
 
+/// When the [`detection_bound`] of a death at `death` starts counting: at the death,
+/// unless the rank died before its first heartbeats can have reached its watchers
+/// (within one period and one [`NetModel::delay`] of the start). Such a rank is in its
+/// watchers' start-up grace (`ft_core::detector::STARTUP_GRACE_TIMEOUTS` timeouts from
+/// the start), and is declared as if it had died one timeout before the grace ends.
+pub fn detection_origin(death: Instant, settings: &RunSettings, net: &NetModel) -> Instant {
+    let heard_by = Instant::ZERO + settings.period + net.delay();
+    if death >= heard_by {
+        return death;
+    }
+    let grace = u64::from(ft_core::detector::STARTUP_GRACE_TIMEOUTS);
+    death.max(Instant::ZERO + settings.timeout.saturating_mul(grace.saturating_sub(1)))
+}
+
 /// Hints the CPU to bring every cache line of `value` closer (no effect on results).
 fn prefetch<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
@@ -745,6 +759,10 @@ impl<P: SimRank> Sim<P> {
     /// This run's [`detection_bound`] for a run of `k` adjacent deaths.
     pub fn detection_bound(&self, k: u32) -> Duration {
         detection_bound(self.size(), k, &self.settings, &self.net)
+    }
+    /// This run's [`detection_origin`] for a death at `death`.
+    pub fn detection_origin(&self, death: Instant) -> Instant {
+        detection_origin(death, &self.settings, &self.net)
     }
 
     // ----- driving -----

@@ -130,7 +130,9 @@ pub struct BlockDetection {
     pub all_survivors_ms: Option<f64>,
     /// `all_survivors_ms - killed_ms`.
     pub detection_ms: Option<f64>,
-    /// [`crate::engine::detection_bound`] for this block, ms.
+    /// [`crate::engine::detection_bound`] for this block, ms after the kill; for a block
+    /// killed in the start-up grace, counted from its
+    /// [`crate::engine::detection_origin`].
     pub bound_ms: f64,
     /// `detection_ms <= bound_ms`.
     pub within_bound: bool,
@@ -327,7 +329,11 @@ fn block_detections<P: SimRank>(sim: &Sim<P>, detections: &[Detection]) -> Vec<B
                 .map(known_by_all)
                 .try_fold(0.0f64, |latest, t| Some(latest.max(t?)));
             let detection_ms = all_survivors_ms.map(|t| t - killed_ms);
-            let bound_ms = sim.detection_bound(victims.len(n)).as_millis_f64();
+            // Counted from the death, or from the start-up grace for a block killed
+            // before its watchers heard it (`engine::detection_origin`).
+            let origin = sim.detection_origin(Instant::from_nanos((killed_ms * 1e6) as u64));
+            let bound_ms =
+                (origin + sim.detection_bound(victims.len(n))).as_millis_f64() - killed_ms;
             BlockDetection {
                 first,
                 last,

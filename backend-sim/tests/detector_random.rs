@@ -49,13 +49,20 @@ fn random_kills(rng: &mut SplitMix, n: u32, max_kills: u32, window_ms: u64) -> V
     kills
 }
 
-/// When every survivor must know every kill: the last kill, plus one detection
+/// When every survivor must know every kill: the last kill (for a rank killed before
+/// its first heartbeat was heard, its detection origin in the start-up grace), plus one detection
 /// (`timeout + period`), plus `2·timeout` per further rank of the longest run of
 /// ring-adjacent kills (the ring alone finds them one at a time; a bound the detector's
 /// long edges only shorten), plus `⌈log2 n⌉ + 1` hops of the largest network delay.
 fn detection_bound(s: &Schedule, sim: &Sim<Node>) -> Instant {
     let run = u64::from(s.longest_adjacent_run().max(1));
-    Instant::from_nanos((s.last_kill_ms() * 1e6) as u64)
+    let origin = s
+        .kills
+        .iter()
+        .map(|&(_, t)| sim.detection_origin(Instant::from_nanos((t * 1e6) as u64)))
+        .max()
+        .unwrap_or(Instant::ZERO);
+    origin
         + Duration::from_millis((TIMEOUT_MS + PERIOD_MS) as u64)
         + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
         + sim

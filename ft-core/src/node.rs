@@ -493,11 +493,12 @@ mod tests {
     #[test]
     fn detector_news_waits_for_validate_local() {
         let mut node = Node::new(config(4, 1), Instant::ZERO);
-        node.handle_timeout(Instant::from_nanos(40_000_000));
+        // Past the start-up grace (3 timeouts): rank 0 was never heard from.
+        node.handle_timeout(Instant::from_nanos(120_000_000));
         assert_eq!(node.poll_event(), Some(NodeEvent::Suspected { rank: 0 }));
         assert!(node.view().pending().contains(0));
         assert_eq!(
-            node.validate_local(Instant::from_nanos(41_000_000)),
+            node.validate_local(Instant::from_nanos(121_000_000)),
             Ok(Counts { failed: 1, new: 1 })
         );
     }

@@ -9,7 +9,7 @@
 
 use alloc::vec::Vec;
 
-use super::{Detector, Outgoing, Timer, Watch};
+use super::{Detector, LongWatch, Outgoing, Timer, Watch};
 use crate::rank::Rank;
 use crate::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ impl Detector {
 
     /// The LongSuspect timer at the earliest long-watched deadline.
     pub(super) fn arm_long_timer(&mut self) {
-        let next = self.long_watched.iter().map(|&(_, at)| at).min();
+        let next = self.long_watched.iter().map(|watch| watch.deadline).min();
         self.set_timer(Timer::LongSuspect, next.unwrap_or(Instant::MAX));
     }
 
@@ -75,11 +75,15 @@ impl Detector {
         let grace = self.round_trip_deadline();
         let old = core::mem::take(&mut self.long_watched);
         for rank in self.long_set() {
-            match old.iter().find(|e| e.0 == rank) {
+            match old.iter().find(|watch| watch.rank == rank) {
                 Some(&kept) => self.long_watched.push(kept),
                 None => {
                     self.outbox.push_back(Outgoing::Observe(rank, Watch::Long));
-                    self.long_watched.push((rank, grace));
+                    self.long_watched.push(LongWatch {
+                        rank,
+                        deadline: grace,
+                        startup: false,
+                    });
                 }
             }
         }
@@ -90,9 +94,15 @@ impl Detector {
     /// from now.
     pub(super) fn heard_long(&mut self, from: Rank) {
         let long_deadline = self.now + self.long_timeout();
-        if let Some(entry) = self.long_watched.iter_mut().find(|e| e.0 == from) {
-            // Never shorten a re-target grace with an early heartbeat.
-            entry.1 = entry.1.max(long_deadline);
+        if let Some(watch) = self.long_watched.iter_mut().find(|w| w.rank == from) {
+            if watch.startup {
+                // Heard once: the start-up grace ends.
+                watch.startup = false;
+                watch.deadline = long_deadline;
+            } else {
+                // Never shorten a re-target grace with an early heartbeat.
+                watch.deadline = watch.deadline.max(long_deadline);
+            }
             self.arm_long_timer();
         }
     }

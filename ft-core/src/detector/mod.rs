@@ -14,6 +14,14 @@
 //! - **Suspicion.** `i` watches `pred(i)`, its nearest predecessor not in `K_i`. When no
 //!   heartbeat from it arrived for `timeout`, `i` declares it dead. A suspected rank is
 //!   dead from then on, right or wrong (fail-stop enforcement).
+//! - **Start-up.** Until a watched rank (the ring predecessor, each long-watched rank)
+//!   has been heard from once, its deadline is the start-up grace,
+//!   [`STARTUP_GRACE_TIMEOUTS`] timeouts after the detector's creation (two periods more
+//!   on a long edge); its first heartbeat replaces that deadline with the usual one. A
+//!   first heartbeat waits for the peers' start (launch skew) and for the connection
+//!   its first send makes: transports such as libfabric's `tcp;ofi_rxm` connect inside
+//!   the first send to a peer, and on a loaded node that alone can take longer than a
+//!   timeout.
 //! - **Re-targeting.** Whenever `pred(i)` changes, `i` sends the new one an
 //!   [`FrameKind::Observe`] and gives it `2 · timeout` to be heard from (a round trip:
 //!   the `Observe` goes out, the first heartbeat comes back).
@@ -90,7 +98,8 @@
 //! no survivor skips a rank it does not know dead.
 //!
 //! So after the last death, a survivor knows every dead rank within `timeout` + one
-//! delay (detection by the observer, for a rank whose ring neighbours did not die with
+//! delay (for a rank that died before its observer heard it once, the end of the
+//! start-up grace, `STARTUP_GRACE_TIMEOUTS · timeout` after creation, + one delay) (detection by the observer, for a rank whose ring neighbours did not die with
 //! it) plus `(⌈log2 n⌉ + 1)` delays (propagation and one repair hop).
 //!
 //! # Why a node failure takes one timeout
@@ -128,7 +137,10 @@
 //!
 //! *Accuracy.* Heartbeats leave every `period` and a pair's frames arrive in order, so an
 //! observer hears from a live predecessor at least every `period + (d_max - d_min)`; with
-//! every delay below `timeout - period` that is under `timeout`. Long-edge beats leave
+//! every delay below `timeout - period` that is under `timeout`. At start-up a live rank
+//! is safe while its first heartbeat arrives within the grace: the skew between the
+//! two detectors' creation, plus the phase, plus the first send's connection set-up and
+//! delay, under `STARTUP_GRACE_TIMEOUTS · timeout`. Long-edge beats leave
 //! every `2 · period`, so the long observer hears at least every `2 · period +
 //! (d_max - d_min)`, under the long edge's `timeout + 2 · period` with a period to
 //! spare. A rank descheduled for `p` (off its core, stopped) sends its next heartbeats,
@@ -245,6 +257,24 @@ pub enum DetectorEvent {
     },
 }
 
+/// How long a rank's watched predecessor and long-watched ranks have, from the
+/// detector's creation, to be heard from once, in timeouts: a rank's first heartbeat
+/// waits for its peers' start (launch skew) and for the connection its first send makes
+/// (a transport may connect lazily, inside that send). After the first heartbeat, or a
+/// re-target, the usual deadlines hold.
+pub const STARTUP_GRACE_TIMEOUTS: u32 = 3;
+
+/// One rank watched over the long edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LongWatch {
+    rank: Rank,
+    /// Declared dead unless heard from by then.
+    deadline: Instant,
+    /// The deadline is the start-up grace: the first heartbeat replaces it (a re-target
+    /// grace is only ever extended).
+    startup: bool,
+}
+
 /// The detector's timers; the table is indexed by this enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Timer {
@@ -316,7 +346,11 @@ pub struct Detector {
     /// The ranks watched over the long edge, each with the deadline by which it must be
     /// heard from: the ranks not in `K_i` whose long observer we are (see
     /// [`Detector::long_set`]); one in steady state, at most `span`.
-    long_watched: Vec<(Rank, Instant)>,
+    long_watched: Vec<LongWatch>,
+    /// The watched predecessor has not been heard from since creation: its deadline is
+    /// the start-up grace, which its first heartbeat replaces with a `timeout` (see
+    /// [`STARTUP_GRACE_TIMEOUTS`]). Cleared by the first heartbeat or a re-target.
+    awaiting_first: bool,
     /// The `span`-th successor not in `K_i`: it gets our heartbeats too.
     long_observer: Option<Rank>,
     /// A rank that asked for our heartbeats as its long edge and is not our
@@ -344,7 +378,8 @@ pub struct Detector {
 
 impl Detector {
     /// A detector for `config.me`, started at `now`: first heartbeat at
-    /// `now + config.phase`, and the predecessor has `timeout` to be heard from.
+    /// `now + config.phase`; the predecessor (and each long-watched rank) is given the
+    /// start-up grace to be heard from once, then `timeout` between heartbeats.
     ///
     /// # Panics
     /// If `config.me >= config.n` or `config.period` is zero.
@@ -364,6 +399,7 @@ impl Detector {
             extra_observer: None,
             span: if span >= 2 { span } else { 0 },
             long_watched: Vec::new(),
+            awaiting_first: true,
             long_observer: None,
             extra_long_observer: None,
             window: None,
@@ -380,12 +416,21 @@ impl Detector {
         };
         d.watched = d.walk(config.me, 1, false);
         d.long_observer = d.long_observer_now();
-        let deadline = now + d.long_timeout();
-        d.long_watched = d.long_set().into_iter().map(|r| (r, deadline)).collect();
+        let grace = d.startup_grace();
+        let deadline = now + grace + config.period.saturating_mul(2);
+        d.long_watched = d
+            .long_set()
+            .into_iter()
+            .map(|rank| LongWatch {
+                rank,
+                deadline,
+                startup: true,
+            })
+            .collect();
         d.arm_long_timer();
         if d.watched.is_some() {
             d.set_timer(Timer::Heartbeat, now + config.phase);
-            d.set_timer(Timer::Suspect, now + config.timeout);
+            d.set_timer(Timer::Suspect, now + grace);
         }
         d
     }
@@ -411,7 +456,7 @@ impl Detector {
     /// The ranks watched over the long edge: those not known dead whose long observer
     /// this rank is (one in steady state: the rank `span` behind us).
     pub fn long_watched(&self) -> impl Iterator<Item = Rank> + '_ {
-        self.long_watched.iter().map(|&(rank, _)| rank)
+        self.long_watched.iter().map(|watch| watch.rank)
     }
     /// The successor watching us over the long edge: the first not known dead at
     /// `span` ranks ahead or farther.
@@ -469,7 +514,13 @@ impl Detector {
                 if Some(from) == self.watched {
                     // Alive: whatever lies behind it is its own watch, not ours.
                     self.window = None;
-                    self.extend(Timer::Suspect, self.config.timeout);
+                    if self.awaiting_first {
+                        // Heard once: the start-up grace ends, silence counts from now.
+                        self.awaiting_first = false;
+                        self.set_timer(Timer::Suspect, self.now + self.config.timeout);
+                    } else {
+                        self.extend(Timer::Suspect, self.config.timeout);
+                    }
                 }
                 self.heard_long(from);
                 self.heard_probed(from);
@@ -619,8 +670,8 @@ impl Protocol for Detector {
             let silent: Vec<Rank> = self
                 .long_watched
                 .iter()
-                .filter(|&&(_, at)| at <= now)
-                .map(|&(rank, _)| rank)
+                .filter(|watch| watch.deadline <= now)
+                .map(|watch| watch.rank)
                 .collect();
             // Declaring them drops them from the set; re-arm for the rest either way.
             self.declare(&silent);

@@ -6,15 +6,23 @@
 //! from, unless a probe window (module `windows`) holds it. Distances are counted over
 //! every rank, dead or not.
 
-use super::{Detector, Outgoing, Timer, Watch, TIMERS};
+use super::{Detector, Outgoing, Timer, Watch, STARTUP_GRACE_TIMEOUTS, TIMERS};
 use crate::rank::Rank;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 
 impl Detector {
     /// When a rank just asked for heartbeats (a re-target, a new long-watched rank) must
     /// have answered: a round trip, `2 · timeout` from now.
     pub(super) fn round_trip_deadline(&self) -> Instant {
         self.now + self.config.timeout.saturating_mul(2)
+    }
+
+    /// How long a watched rank has from the detector's creation to be heard from once:
+    /// [`STARTUP_GRACE_TIMEOUTS`] timeouts.
+    pub(super) fn startup_grace(&self) -> Duration {
+        self.config
+            .timeout
+            .saturating_mul(STARTUP_GRACE_TIMEOUTS.into())
     }
 
     /// How far back from us `rank` is on the ring (`1` for our ring neighbour).
@@ -84,6 +92,7 @@ impl Detector {
     /// ask it for heartbeats, and give it two delays' worth of grace, unless a probe
     /// window holds it (see [`Detector::window_on_retarget`]).
     fn retarget(&mut self, p: Rank) {
+        self.awaiting_first = false;
         self.outbox.push_back(Outgoing::Observe(p, Watch::Ring));
         if !self.window_on_retarget(p) {
             let grace = self.round_trip_deadline();

@@ -61,7 +61,8 @@ fn the_long_edge_gets_heartbeats_and_is_watched() {
 #[test]
 fn a_silent_long_predecessor_is_declared_two_periods_after_the_ring_timeout() {
     let mut d = Detector::new(spanned(16, 8, 4), Instant::ZERO);
-    // 7 keeps beating; 4 is silent from the start.
+    // 7 keeps beating; 4 beats once, at the start, and then falls silent.
+    d.handle_message(Instant::ZERO, 4, &heartbeat(4)).unwrap();
     for t in (0..=50).step_by(10) {
         let now = Instant::from_nanos(t * MS);
         d.handle_message(now, 7, &heartbeat(7)).unwrap();
@@ -80,6 +81,44 @@ fn a_silent_long_predecessor_is_declared_two_periods_after_the_ring_timeout() {
     assert_eq!(d.long_watched().count(), 0);
     assert_eq!(d.watched(), Some(7));
     assert_eq!(d.poll_timeout(), Some(Instant::from_nanos(70 * MS)));
+}
+
+#[test]
+fn a_rank_not_heard_from_since_the_start_has_the_start_up_grace() {
+    // timeout 40 ms: the grace is 3 timeouts, 120 ms, for the ring predecessor 7 and
+    // (two periods more) for the long-watched 4.
+    let mut d = Detector::new(spanned(16, 8, 4), Instant::ZERO);
+    d.handle_timeout(Instant::from_nanos(119 * MS));
+    drain(&mut d);
+    assert_eq!(d.poll_event(), None);
+    // 7 is heard at last: from now on it has a timeout between heartbeats.
+    let t = Instant::from_nanos(119 * MS);
+    d.handle_message(t, 7, &heartbeat(7)).unwrap();
+    d.handle_timeout(Instant::from_nanos(139 * MS));
+    drain(&mut d);
+    assert_eq!(d.poll_event(), None);
+    d.handle_timeout(Instant::from_nanos(140 * MS));
+    drain(&mut d);
+    assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 4 }));
+    d.handle_timeout(Instant::from_nanos(158 * MS));
+    drain(&mut d);
+    assert_eq!(d.poll_event(), None);
+    d.handle_timeout(Instant::from_nanos(159 * MS));
+    drain(&mut d);
+    assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 7 }));
+}
+
+#[test]
+fn a_first_heartbeat_ends_the_start_up_grace_at_once() {
+    // Heard at 5 ms, the predecessor is declared a timeout later, not at 120 ms.
+    let mut d = Detector::new(config(8, 3), Instant::ZERO);
+    d.handle_message(Instant::from_nanos(5 * MS), 2, &heartbeat(2))
+        .unwrap();
+    d.handle_timeout(Instant::from_nanos(44 * MS));
+    drain(&mut d);
+    assert_eq!(d.poll_event(), None);
+    d.handle_timeout(Instant::from_nanos(45 * MS));
+    assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 2 }));
 }
 
 #[test]
@@ -237,6 +276,8 @@ fn heartbeats_go_to_the_successor_every_period() {
 #[test]
 fn silence_declares_the_predecessor_and_starts_two_trees() {
     let mut d = Detector::new(config(8, 3), Instant::ZERO);
+    // 2 is heard once (ending the start-up grace), then falls silent for a timeout.
+    d.handle_message(Instant::ZERO, 2, &heartbeat(2)).unwrap();
     d.handle_timeout(Instant::from_nanos(40 * MS));
     assert_eq!(d.poll_event(), Some(DetectorEvent::Suspected { rank: 2 }));
     assert_eq!(d.watched(), Some(1));
@@ -299,6 +340,7 @@ fn frames_from_dead_ranks_are_rejected_and_self_notice_stops() {
 #[test]
 fn a_dead_child_s_range_goes_to_the_next_live_rank_with_everything_known() {
     let mut d = Detector::new(config(16, 0), Instant::ZERO);
+    d.handle_message(Instant::ZERO, 15, &heartbeat(15)).unwrap();
     d.handle_timeout(Instant::from_nanos(40 * MS)); // declares 15
     drain(&mut d);
     // 4, child for offsets [4, 8) of the increasing tree, dies: 5 takes its range.
