@@ -279,15 +279,9 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Released { task } => {
                 write!(f, "broadcast {task} was released while waited for")
             }
-            RuntimeError::DeclaredDead { by } => {
-                write!(f, "declared dead by rank {by}; stopped (fail-stop)")
-            }
-            RuntimeError::Excluded { epoch } => {
-                write!(
-                    f,
-                    "excluded by global validation {epoch}; stopped (fail-stop)"
-                )
-            }
+            // The fail-stop reasons read as the progress thread's own.
+            RuntimeError::DeclaredDead { by } => Stopped::DeclaredDead { by: *by }.fmt(f),
+            RuntimeError::Excluded { epoch } => Stopped::Excluded { epoch: *epoch }.fmt(f),
             RuntimeError::Stopped(why) => write!(f, "the progress thread has stopped: {why}"),
         }
     }

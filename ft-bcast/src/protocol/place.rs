@@ -80,15 +80,17 @@ impl fmt::Debug for Allocator {
 }
 
 impl Allocator {
-    /// Memory from the hook for output `output` of `task`, if any, of `len` bytes.
-    pub(super) fn lend(
+    /// What an output buffer asks for its memory: the hook's, if any, for output
+    /// `output` of `task`, of the length asked (a landing of another length is refused).
+    pub(super) fn lender(
         hook: &mut Option<Allocator>,
         task: TaskId,
         output: u32,
-        len: usize,
-    ) -> Option<Landing> {
-        let landing = hook.as_mut()?.0.allocate(task, output, len)?;
-        (landing.len() == len).then_some(landing)
+    ) -> impl FnMut(usize) -> Option<Landing> + '_ {
+        move |len| {
+            let landing = hook.as_mut()?.0.allocate(task, output, len)?;
+            (landing.len() == len).then_some(landing)
+        }
     }
 }
 
@@ -120,8 +122,7 @@ impl Broadcaster {
             return None;
         }
         super::serve::check_chunk(size, at.offset, len as u64).ok()?;
-        let hook = &mut self.allocator;
-        let mut lend = |bytes| Allocator::lend(hook, task, at.output, bytes);
+        let mut lend = Allocator::lender(&mut self.allocator, task, at.output);
         t.buffers
             .get_or_default(at.output)
             .claim(size, at.offset, len, &mut lend)

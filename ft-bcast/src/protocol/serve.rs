@@ -540,9 +540,10 @@ impl Broadcaster {
         let buffer = t.buffers.get_or_default(output);
         let (before, kept_before) = (buffer.held(), buffer.bytes_kept());
         let chunk = chunk.keep(&mut self.stats);
-        let hook = &mut self.allocator;
-        let mut lend = |bytes| Allocator::lend(hook, task, output, bytes);
+        let mut lend = Allocator::lender(&mut self.allocator, task, output);
         let complete = buffer.add(size, offset, chunk, &mut self.stats, &mut lend);
+        // (`lend` borrows the hook; it ends here, before `progress` borrows `self`.)
+        drop(lend);
         let added = buffer.bytes_kept().saturating_sub(kept_before);
         self.stats.received_bytes_duplicate += len.saturating_sub(added) as u64;
         // (An empty output's one chunk grows nothing but completes it.)
