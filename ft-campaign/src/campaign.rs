@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use crate::backend::{quote, App, Backend, CommandLine, Tools};
 use crate::generate::{generate, generate_taskgraph, GenConfig, Job, Timing, Workload};
-use crate::verdict::{judge, judge_taskgraph, Class, Outcome, Verdict};
+use crate::verdict::{judge, judge_taskgraph, last_json, Class, Outcome, Verdict};
 
 /// Everything a campaign is run with.
 #[derive(Clone, Debug)]
@@ -267,12 +267,7 @@ impl Campaign {
                 self.job_timeout,
             )
             .map_err(|e| format!("could not start {}: {e}", command.shell()))?;
-        let last = outcome
-            .stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str::<Value>(l.trim()).ok());
-        match last {
+        match last_json(&outcome.stdout, |_| true) {
             Some(line) if outcome.success => Ok(line),
             _ => Err(format!(
                 "{} ({}): {}",

@@ -186,6 +186,16 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
     Verdict::new(Class::Ok, "")
 }
 
+/// The last line of `stdout` that is a JSON value `wanted` accepts (`fttask` prints its
+/// report last, after the workload's own lines).
+pub(crate) fn last_json(stdout: &str, wanted: impl Fn(&Value) -> bool) -> Option<Value> {
+    stdout
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(wanted)
+}
+
 /// The line `fttask`'s watchdog prints when a rank's progress thread stalled.
 pub const WATCHDOG: &str = "made no turn";
 
@@ -207,13 +217,7 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
         );
     }
     let failed = || format!("{}; {}", outcome.status, errors(&outcome.stderr));
-    let Some(line) = outcome
-        .stdout
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .find(|v| v["app"] == "taskgraph")
-    else {
+    let Some(line) = last_json(&outcome.stdout, |v| v["app"] == "taskgraph") else {
         return Verdict::new(
             Class::Other,
             format!("no fttask report line ({})", failed()),
