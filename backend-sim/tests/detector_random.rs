@@ -56,13 +56,7 @@ fn random_kills(rng: &mut SplitMix, n: u32, max_kills: u32, window_ms: u64) -> V
 /// long edges only shorten), plus `⌈log2 n⌉ + 1` hops of the largest network delay.
 fn detection_bound(s: &Schedule, sim: &Sim<Node>) -> Instant {
     let run = u64::from(s.longest_adjacent_run().max(1));
-    let origin = s
-        .kills
-        .iter()
-        .map(|&(_, t)| sim.detection_origin(Instant::from_nanos((t * 1e6) as u64)))
-        .max()
-        .unwrap_or(Instant::ZERO);
-    origin
+    s.last_detection_origin(sim)
         + Duration::from_millis((TIMEOUT_MS + PERIOD_MS) as u64)
         + Duration::from_millis(2 * TIMEOUT_MS as u64 * (run - 1))
         + sim

@@ -335,14 +335,9 @@ fn check_random_schedule(seed: u64) -> Tally {
     let killed = schedule.killed();
     let (period, timeout) = (sim.settings().period, sim.settings().timeout);
     let longest = schedule.longest_adjacent_run();
-    let origin = schedule
-        .kills
-        .iter()
-        .map(|&(_, t)| sim.detection_origin(at_ms(t)))
-        .max()
-        .unwrap_or(Instant::ZERO);
-    let deadline =
-        origin + sim.detection_bound(longest) + timeout.saturating_mul(2 * u64::from(longest));
+    let deadline = schedule.last_detection_origin(&sim)
+        + sim.detection_bound(longest)
+        + timeout.saturating_mul(2 * u64::from(longest));
     let mut now = at_ms(schedule.last_kill_ms());
     loop {
         now = (now + period).min(deadline);

@@ -8,7 +8,7 @@ use backend_sim::engine::{Departure, Sim};
 use backend_sim::failure::make_node;
 use backend_sim::scenario::{ActionKind, Scenario, Victims};
 use ft_core::node::Node;
-use ft_core::Rank;
+use ft_core::{Instant, Rank};
 
 /// Writes `text` to `{name}.json` in a fresh temporary folder of the test `test` and
 /// returns its path.
@@ -48,6 +48,16 @@ impl Schedule {
     /// The time of the last kill, ms.
     pub fn last_kill_ms(&self) -> f64 {
         self.kills.iter().map(|(_, t)| *t).fold(0.0, f64::max)
+    }
+
+    /// The latest detection origin of the kills in `sim` (the last kill, or the
+    /// start-up grace's origin for a kill in it: `backend_sim::engine::detection_origin`).
+    pub fn last_detection_origin(&self, sim: &Sim<Node>) -> Instant {
+        self.kills
+            .iter()
+            .map(|&(_, t)| sim.detection_origin(Instant::from_nanos((t * 1e6).round() as u64)))
+            .max()
+            .unwrap_or(Instant::ZERO)
     }
 
     /// Longest run of ring-consecutive killed ranks.
