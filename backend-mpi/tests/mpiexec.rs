@@ -100,7 +100,7 @@ const LAUNCHER_FLAGS: &[&str] = &[];
 /// One `mpiexec` job, killed past `limit` (the caller holds [`JOBS`]).
 fn launch(args: &[&OsStr], limit: Duration) -> Result<(Output, Duration), Hung> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let mut child = Command::new(ft_jobs::mpiexec::mpiexec_path())
+    let mut child = ft_jobs::mpiexec::command()
         .args(LAUNCHER_FLAGS)
         .args(args)
         .current_dir(root)

@@ -3,7 +3,8 @@
  * Five ranks; rank 4 is killed. Every survivor validates globally (each on its own
  * thread: validate_global is collective), then rank 0 prints its views, queries rank
  * states (first with a buffer too small: FT_ERR_SIZE names the count needed),
- * recognizes the dead rank and renumbers the shrunk group, then broadcasts a buffer
+ * recognizes the dead rank, renumbers the shrunk group and shrinks into it (the
+ * survivors validate there, in a group of their own), then broadcasts a buffer
  * from rank 0 to ranks 1 and 2 (copied), then lends one (sent in place, released once
  * through its callback though rank 3, a destination, is killed mid-broadcast). Along
  * the way each rank's event queue tells it what it
@@ -161,6 +162,29 @@ int main(void) {
     uint32_t new_rank;
     CHECK(ft_shrink_rank(me, 3, &new_rank));
     assert(new_rank == 3 && ft_shrink_rank(me, VICTIM, &new_rank) == FT_ERR_RANK);
+
+    /* Shrink for real: every survivor opens a handle on the group without G, numbered in
+     * order, with an empty view, over the same connections. The group validates on its
+     * own; closing its handles leaves the old ones as they were. */
+    ft_handle *shrunk[RANKS - 1];
+    struct validation sv[RANKS - 1];
+    pthread_t st[RANKS - 1];
+    for (uint32_t r = 0; r < RANKS - 1; r++) {
+        CHECK(ft_shrink(ft_sim_rank(group, r), &shrunk[r]));
+        uint32_t rank, size;
+        CHECK(ft_rank(shrunk[r], &rank, &size));
+        assert(rank == r && size == RANKS - 1);
+        sv[r] = (struct validation){.h = shrunk[r]};
+        pthread_create(&st[r], NULL, validate_global, &sv[r]);
+    }
+    for (uint32_t r = 0; r < RANKS - 1; r++) {
+        pthread_join(st[r], NULL);
+        CHECK(sv[r].rc);
+        assert(sv[r].num_failed == 0 && sv[r].num_new == 0);
+        CHECK(ft_close(shrunk[r]));
+    }
+    printf("shrink: the %d survivors validated in a group of their own, ranks 0..%d\n",
+           RANKS - 1, RANKS - 2);
 
     /* A broadcast rooted at rank 0 for ranks 1 and 2, in the caller's buffers: the data
      * is copied at the start (no release callback), and a destination's buffer too small

@@ -29,6 +29,7 @@ pub mod protocol;
 pub mod refine;
 pub mod spec;
 pub mod stack;
+pub mod store;
 pub mod topology;
 
 pub use bytes::Bytes;
@@ -42,4 +43,5 @@ pub use protocol::{
 pub use refine::{refine, refine_without, Class, Classes, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
 pub use stack::{RankStack, StackError, StackEvent};
+pub use store::{StoreStats, STORE_TAG};
 pub use topology::{tree_edges, FailedRanks, NoFailures, ParseTopologyError, Topology};

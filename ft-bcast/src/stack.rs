@@ -55,10 +55,11 @@ use core::fmt;
 use bytes::Bytes;
 use ft_core::detector::DetectorConfig;
 use ft_core::node::{Node, NodeError, NodeEvent};
+use ft_core::shrink::Survivors;
 use ft_core::wire::{Context, Family, Header};
 use ft_core::{
-    BufferTooShort, Counts, Filled, FrameError, Instant, Protocol, Rank, Slot, Transmit,
-    TransmitParts, ViewError,
+    BufferTooShort, Counts, Duration, Filled, FrameError, Instant, Protocol, Rank, RankSet, Slot,
+    Transmit, TransmitParts, ViewError,
 };
 
 use ft_core::messages::{Message, MessageStats, Messenger, MessengerConfig, SendError};
@@ -66,6 +67,18 @@ use ft_core::messages::{Message, MessageStats, Messenger, MessengerConfig, SendE
 use crate::plan::Plan;
 use crate::protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config, TaskId};
 use crate::spec::{PlanSpec, SpecError};
+use crate::store::{Store, STORE_TAG};
+
+/// A store for the node's rank, knowing the ranks the node knows dead.
+fn new_store(node: &Node) -> Box<Store> {
+    let config = node.detector().config();
+    let known = node.view().known_failed();
+    let mut store = Store::new(config.n, config.me, config.span, known.clone());
+    for rank in known.iter() {
+        store.on_rank_failed(rank);
+    }
+    Box::new(store)
+}
 
 /// What the stack reports to the application: the events of either layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +129,8 @@ pub struct RankStack {
     bcast_config: Config,
     /// Created on first use (see the invariants).
     messages: Option<Box<Messenger>>,
+    /// Created on first use (a put here, or a peer's copy arriving).
+    store: Option<Box<Store>>,
     /// Whether the next poll offers the messenger's fragments before the broadcaster's
     /// frames (they take turns).
     messages_first: bool,
@@ -148,6 +163,7 @@ impl RankStack {
             bcast: None,
             bcast_config: bcast,
             messages: None,
+            store: None,
             messages_first: false,
             events: VecDeque::new(),
         }
@@ -278,6 +294,9 @@ impl RankStack {
         if self.node.is_stopped() {
             return Err(StackError::Node(NodeError::Stopped));
         }
+        if tag & STORE_TAG != 0 {
+            return Err(StackError::Send(SendError::ReservedTag(tag)));
+        }
         self.messenger_mut()
             .send(to, tag, bytes)
             .map_err(StackError::Send)?;
@@ -355,6 +374,97 @@ impl RankStack {
         self.bcast.as_ref().map_or(0, |b| b.held_bytes())
     }
 
+    /// This rank's stack in the group shrunk from this one by `survivors` (the
+    /// renumbering of an agreed `G`): communicator `comm`, `survivors.len()` ranks, this
+    /// rank under its new number, started at `now` with an empty view (no failure
+    /// known, no validation done) and its own detector ring. The detector's period,
+    /// timeout and span and the broadcaster's settings are this stack's; the heartbeat
+    /// phase is spread over the new size as over the old one. The allocation hook is
+    /// not carried over. `None` if this rank is not a survivor.
+    pub fn shrunk(&self, comm: u32, survivors: &Survivors, now: Instant) -> Option<RankStack> {
+        let old = *self.node.detector().config();
+        let me = survivors.new_rank(old.me)?;
+        let n = survivors.len();
+        let detector = DetectorConfig {
+            comm,
+            n,
+            me,
+            phase: Duration::from_nanos(old.period.as_nanos() / u64::from(n) * u64::from(me)),
+            ..old
+        };
+        let bcast = Config {
+            comm,
+            n,
+            me,
+            ..self.bcast_config
+        };
+        Some(RankStack::with_config(detector, bcast, now))
+    }
+
+    /// Whether `slot` is one this stack gave for a payload ([`Protocol::place_payload`])
+    /// and still keeps: a transport shared by several stacks gives an unfilled slot
+    /// back to the one that owns it.
+    pub fn holds(&self, slot: &Slot) -> bool {
+        self.messages.as_ref().is_some_and(|m| m.holds(slot))
+            || self.bcast.as_ref().is_some_and(|b| b.holds(slot))
+    }
+
+    // ----- the redundant store -----
+
+    /// Keeps `bytes` as version `version` of this rank's `key` in the store, with a
+    /// copy sent to a rank of another node ([`Store::put`]).
+    pub fn store_put(&mut self, key: u64, version: u64, bytes: Bytes) -> Result<(), StackError> {
+        if self.node.is_stopped() {
+            return Err(StackError::Node(NodeError::Stopped));
+        }
+        self.store_mut().put(key, version, bytes);
+        self.send_store_messages();
+        Ok(())
+    }
+
+    /// Whether this rank's puts of `version` and before were acknowledged or cannot be
+    /// ([`Store::flushed`]): the first step of a commit.
+    pub fn store_flushed(&self, version: u64) -> bool {
+        self.store.as_ref().is_none_or(|s| s.flushed(version))
+    }
+
+    /// Commits `version` iff the `G` of the last global validation equals the store's
+    /// base ([`Store::decide`]): the last step of a commit, after a validation that
+    /// followed the flush. Returns whether it committed.
+    pub fn store_decide(&mut self, version: u64) -> bool {
+        let agreed = self.node.view().global().clone();
+        self.store_mut().decide(version, &agreed)
+    }
+
+    /// Makes the `G` of the last global validation the store's base ([`Store::rebase`]).
+    pub fn store_rebase(&mut self) {
+        let agreed = self.node.view().global().clone();
+        self.store_mut().rebase(agreed);
+    }
+
+    /// The rank that keeps `owner`'s committed copies ([`Store::holder`]; before the
+    /// store is used, reckoned over an empty base, as the store starts).
+    pub fn store_holder(&self, owner: Rank) -> Rank {
+        match &self.store {
+            Some(store) => store.holder(owner),
+            None => {
+                let config = self.node.detector().config();
+                crate::store::holder_of(config.n, config.span, owner, &RankSet::new(config.n))
+            }
+        }
+    }
+
+    /// The store, if this rank used it or holds copies for a peer.
+    pub fn store(&self) -> Option<&Store> {
+        self.store.as_deref()
+    }
+
+    /// The store, created (knowing every rank the node knows dead) if need be.
+    fn store_mut(&mut self) -> &mut Store {
+        let node = &self.node;
+        self.store.get_or_insert_with(|| new_store(node))
+    }
+
     // ----- internals -----
 
     /// Decodes the header of `bytes` (the very bytes of `frame`, if the frame was handed
@@ -411,10 +521,34 @@ impl RankStack {
 
     /// Moves the messages delivered to the stack's events.
     fn take_messages(&mut self) {
-        if let Some(messages) = self.messages.as_mut() {
-            while let Some(m) = messages.poll_message() {
+        let Some(messages) = self.messages.as_mut() else {
+            return;
+        };
+        let mut to_store = false;
+        while let Some(m) = messages.poll_message() {
+            if m.tag & STORE_TAG == 0 {
                 self.events.push_back(StackEvent::Message(m));
+                continue;
             }
+            // A store message a peer got wrong changes nothing (the store's invariant).
+            let _ = self
+                .store
+                .get_or_insert_with(|| new_store(&self.node))
+                .handle_message(m.from, m.tag, m.bytes);
+            to_store = true;
+        }
+        if to_store {
+            self.send_store_messages();
+        }
+    }
+
+    /// Hands the store's messages to the messenger (a dead destination drops them).
+    fn send_store_messages(&mut self) {
+        while let Some(out) = self.store.as_mut().and_then(|s| s.poll_outgoing()) {
+            let _ = self.messenger_mut().send(out.to, out.tag, out.bytes);
+        }
+        while let Some(m) = self.messages.as_mut().and_then(|m| m.poll_message()) {
+            self.events.push_back(StackEvent::Message(m));
         }
     }
 
@@ -498,6 +632,9 @@ impl RankStack {
                     if let Some(messages) = self.messages.as_mut() {
                         messages.on_rank_failed(rank);
                     }
+                    if let Some(store) = self.store.as_mut() {
+                        store.on_rank_failed(rank);
+                    }
                 }
                 NodeEvent::DeclaredDeadSelf { .. } => {}
                 NodeEvent::Revoked { .. } => {
@@ -514,6 +651,9 @@ impl RankStack {
                         }
                         if let Some(messages) = self.messages.as_mut() {
                             messages.on_rank_failed(rank);
+                        }
+                        if let Some(store) = self.store.as_mut() {
+                            store.on_rank_failed(rank);
                         }
                     }
                 }

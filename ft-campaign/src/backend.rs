@@ -1,6 +1,7 @@
 //! Starting one job on a real backend and bounding it: the command line (`ftofi` as its
 //! own launcher, or Open MPI's `mpiexec --with-ft ulfm` around `ftmpi`; for task-graph
-//! jobs `ftrun` or `mpiexec` around `fttask`), run as the
+//! jobs `ftrun` or `mpiexec` around `fttask`; `mpiexec` starts with `SIGPIPE` blocked,
+//! `ft_jobs::mpiexec::BLOCK_SIGPIPE`), run as the
 //! leader of a session of its own with standard output and error going to files. At
 //! the timeout, and again once it has ended, every process left in that session is
 //! killed (`SIGKILL`): a launcher's ranks, even those in process groups of their own
@@ -170,7 +171,13 @@ impl CommandLine {
                 let env = ["OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
                     .map(|k| (k.to_string(), "1".to_string()))
                     .to_vec();
+                // `env --block-signal=PIPE mpiexec ...`: PRRTE ends the job at its
+                // eleventh SIGPIPE, which the ranks' exits can raise (BLOCK_SIGPIPE).
+                let [env_program, block] = ft_jobs::mpiexec::BLOCK_SIGPIPE;
+                let mpiexec = tools.mpiexec.display().to_string();
                 let mut args: Vec<String> = [
+                    block,
+                    mpiexec.as_str(),
                     "--oversubscribe",
                     "--bind-to",
                     "none",
@@ -189,7 +196,7 @@ impl CommandLine {
                         "mpi".into(),
                     ]),
                 }
-                (env, tools.mpiexec.clone(), args)
+                (env, PathBuf::from(env_program), args)
             }
         };
         args.extend(job_args.iter().cloned());
@@ -348,7 +355,10 @@ mod tests {
         );
         let mpi = CommandLine::new(Backend::Mpi, App::Jobs, &tools, 3, &job, 90);
         assert!(
-            mpi.shell().starts_with("OMPI_ALLOW_RUN_AS_ROOT=1 "),
+            mpi.shell().starts_with(
+                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                 env --block-signal=PIPE /m/mpiexec --oversubscribe "
+            ),
             "{}",
             mpi.shell()
         );

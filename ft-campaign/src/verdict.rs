@@ -23,8 +23,9 @@ pub enum Class {
     /// A surviving destination did not get an output it needs, or got it corrupted, or
     /// gave the broadcast up.
     LostOutputs,
-    /// Anything else: the launcher failed, a survivor stopped with an error (a false
-    /// suspicion, ...), a killed rank lived on, a line was unreadable.
+    /// Anything else: the launcher failed (named when it is PRRTE's abort on `SIGPIPE`),
+    /// a survivor stopped with an error (a false suspicion, ...), a killed rank lived
+    /// on, a line was unreadable.
     Other,
     /// A task-graph run in which a rank that was not killed died too, and `fttask`'s
     /// watchdog said why: its progress thread made no turn (a known libfabric progress
@@ -88,6 +89,32 @@ pub struct Outcome {
     pub stderr: String,
 }
 
+/// What PRRTE's launcher (`prterun`, under Open MPI 5's `mpiexec`) prints when it ends
+/// the job at its eleventh `SIGPIPE`, killing the ranks still running
+/// (`ft_jobs::mpiexec::BLOCK_SIGPIPE` says where they come from, and starts `mpiexec` so
+/// that none is delivered).
+pub const PRRTE_SIGPIPE_ABORT: &str = "SIGPIPE detected - aborting";
+
+/// The launcher's own failure that `stderr` shows, by name, if any.
+fn launcher_failure(stderr: &str) -> Option<&'static str> {
+    stderr
+        .contains(PRRTE_SIGPIPE_ABORT)
+        .then_some("PRRTE aborted on SIGPIPE")
+}
+
+/// Why the launcher failed, for a verdict's detail: its own failure by name
+/// ([`launcher_failure`]), else its exit status and the first error lines.
+fn launcher_failed(outcome: &Outcome) -> String {
+    match launcher_failure(&outcome.stderr) {
+        Some(failure) => format!("the launcher failed: {failure} ({})", outcome.status),
+        None => format!(
+            "the launcher failed ({}): {}",
+            outcome.status,
+            errors(&outcome.stderr)
+        ),
+    }
+}
+
 /// The first lines of `stderr` that say something went wrong (each once: every rank
 /// may print the same).
 fn errors(stderr: &str) -> String {
@@ -95,6 +122,7 @@ fn errors(stderr: &str) -> String {
     let wrong = stderr.lines().filter(|l| {
         let l = l.to_ascii_lowercase();
         l.contains("error")
+            || l.contains("prterun:")
             || l.contains("ftofi:")
             || l.contains("ftmpi:")
             || l.contains("fttask:")
@@ -164,6 +192,18 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
         return verdict;
     }
     if got != expected {
+        // The launcher's own failure killed the survivors still running: name it.
+        if launcher_failure(&outcome.stderr).is_some() {
+            return Verdict::new(
+                Class::Other,
+                format!(
+                    "{}; {} of {} survivors printed their line",
+                    launcher_failed(outcome),
+                    got.len(),
+                    expected.len()
+                ),
+            );
+        }
         return Verdict::new(
             Class::Other,
             format!(
@@ -174,14 +214,7 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
         );
     }
     if !outcome.success {
-        return Verdict::new(
-            Class::Other,
-            format!(
-                "the launcher failed ({}): {}",
-                outcome.status,
-                errors(&outcome.stderr)
-            ),
-        );
+        return Verdict::new(Class::Other, launcher_failed(outcome));
     }
     Verdict::new(Class::Ok, "")
 }
@@ -218,6 +251,12 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
     }
     let failed = || format!("{}; {}", outcome.status, errors(&outcome.stderr));
     let Some(line) = last_json(&outcome.stdout, |v| v["app"] == "taskgraph") else {
+        if launcher_failure(&outcome.stderr).is_some() {
+            return Verdict::new(
+                Class::Other,
+                format!("{}; no fttask report line", launcher_failed(outcome)),
+            );
+        }
         return Verdict::new(
             Class::Other,
             format!("no fttask report line ({})", failed()),
@@ -269,7 +308,7 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
         return Verdict::new(Class::Other, format!("not ok: {line}"));
     }
     if !outcome.success {
-        return Verdict::new(Class::Other, format!("the launcher failed ({})", failed()));
+        return Verdict::new(Class::Other, launcher_failed(outcome));
     }
     Verdict::new(Class::Ok, "")
 }
@@ -438,6 +477,53 @@ mod tests {
     }
 
     #[test]
+    fn prrte_sigpipe_abort_is_a_named_launcher_failure() {
+        let job = validate_job(vec![1]);
+        let line = |r| validation_line(r, &[json!([]), json!([1])]);
+        let aborted = |stdout: &str, stderr: &str| Outcome {
+            success: false,
+            status: "exit status 1".into(),
+            stderr: stderr.into(),
+            ..outcome(stdout)
+        };
+        let prrte = "[vm:03200] pmix_ptl_base: send_msg: write failed: Broken pipe (32) \
+                     [sd = 98]\n[vm:03200] prterun: SIGPIPE detected - aborting\n";
+
+        // PRRTE killed survivors 2 and 3 before their lines were out.
+        let verdict = judge(&job, &aborted(&line(0), prrte));
+        assert_eq!(verdict.class, Class::Other);
+        assert_eq!(
+            verdict.detail,
+            "the launcher failed: PRRTE aborted on SIGPIPE (exit status 1); \
+             1 of 3 survivors printed their line"
+        );
+        // Every line was out before the abort: still PRRTE's abort, by name.
+        let all = [0, 2, 3].map(line).join("\n");
+        let verdict = judge(&job, &aborted(&all, prrte));
+        assert_eq!(
+            verdict.detail,
+            "the launcher failed: PRRTE aborted on SIGPIPE (exit status 1)"
+        );
+        // Any other launcher failure stays unnamed.
+        let verdict = judge(&job, &aborted(&all, "prterun: an error occurred\n"));
+        assert_eq!(verdict.class, Class::Other);
+        assert_eq!(
+            verdict.detail,
+            "the launcher failed (exit status 1): prterun: an error occurred"
+        );
+        // A disagreement among the lines that were out is still a disagreement.
+        let split = [
+            validation_line(0, &[json!([]), json!([1])]),
+            validation_line(2, &[json!([1]), json!([1])]),
+        ]
+        .join("\n");
+        assert_eq!(
+            judge(&job, &aborted(&split, prrte)).class,
+            Class::Disagreement
+        );
+    }
+
+    #[test]
     fn broadcast_runs_are_judged() {
         let plan = Plan {
             ranks: 3,
@@ -535,5 +621,17 @@ mod tests {
         let mut hung = outcome("");
         hung.timed_out = true;
         assert_eq!(judged(&hung), Class::Hang);
+        let mut aborted = outcome("");
+        aborted.success = false;
+        aborted.stderr = "[vm:1] prterun: SIGPIPE detected - aborting".into();
+        let verdict = judge_taskgraph(&job, &task, "abc", &aborted);
+        assert_eq!(verdict.class, Class::Other);
+        assert!(
+            verdict
+                .detail
+                .starts_with("the launcher failed: PRRTE aborted on SIGPIPE"),
+            "{}",
+            verdict.detail
+        );
     }
 }

@@ -340,12 +340,14 @@ int ft_open_mpi(MPI_Comm comm, uint32_t period_ms, uint32_t timeout_ms, struct f
 int ft_open_ofi_env(uint32_t period_ms, uint32_t timeout_ms, struct ft_handle **out);
 #endif
 
-// Stops the rank's progress thread and frees a handle from `ft_open_mpi` or
-// `ft_open_ofi_env` (never one from `ft_sim_rank`). Not thread-safe: no other call
-// may use the handle, during or after.
+// Closes and frees a handle from `ft_open_mpi`, `ft_open_ofi_env` or `ft_shrink`
+// (never one from `ft_sim_rank`): its communicator's stack stops, and the rank's
+// progress thread with it once the rank's last handle is closed. Not thread-safe: no
+// other call may use the handle, during or after.
 //
 // # Safety
-// `h` is null or an open handle from an `ft_open_*` call, not used again.
+// `h` is null or an open handle from an `ft_open_*` call or `ft_shrink`, not used
+// again.
 int ft_close(struct ft_handle *h);
 
 // This rank and the communicator's size. Thread-safe; does not block.
@@ -437,6 +439,19 @@ int ft_revoke(const struct ft_handle *h);
 // # Safety
 // `h` is null or an open handle; `new_rank` is null or valid for a write.
 int ft_shrink_rank(const struct ft_handle *h, uint32_t old_rank, uint32_t *new_rank);
+
+// Shrinks the handle's communicator by its last agreed `G` (after
+// `MPIX_Comm_shrink`): writes to `*out` a new handle on a new communicator of the
+// survivors, renumbered in their order (`ft_shrink_rank`), with an empty view and its
+// own failure detector, over the same connections. Collective over the survivors:
+// each calls it after the same `ft_validate_global`. The old handle keeps working;
+// close the new one with `ft_close` (before the old one's `ft_sim_close`, for a
+// simulated rank). `FT_ERR_REFUSED` if the process made too many groups, and
+// `FT_ERR_DECLARED_DEAD` if this rank was declared dead. Thread-safe.
+//
+// # Safety
+// `h` is null or an open handle; `out` is null or valid for a write.
+int ft_shrink(const struct ft_handle *h, struct ft_handle **out);
 
 // Starts broadcast `key` with this rank as its root (the broadcast is (this rank,
 // `key`): keys are each root's own). Every destination receives the `header_len`

@@ -170,6 +170,8 @@ fn code_of(e: &RuntimeError) -> c_int {
         RuntimeError::Released { .. } => FT_ERR_RELEASED,
         RuntimeError::DeclaredDead { .. } | RuntimeError::Excluded { .. } => FT_ERR_DECLARED_DEAD,
         RuntimeError::Stopped(_) => FT_ERR_STOPPED,
+        RuntimeError::Shrink(ft::ShrinkError::Stopped) => FT_ERR_DECLARED_DEAD,
+        RuntimeError::Shrink(_) => FT_ERR_REFUSED,
         _ => FT_ERR_INTERNAL,
     }
 }
@@ -334,7 +336,6 @@ pub unsafe extern "C" fn ft_sim_close(g: *mut ft_sim) -> c_int {
     unsafe { free(g.cast::<SimGroup>()) }
 }
 
-#[cfg(any(feature = "mpi", feature = "ofi"))]
 fn boxed(runtime: Runtime) -> *mut ft_handle {
     Box::into_raw(Box::new(runtime)).cast::<ft_handle>()
 }
@@ -391,12 +392,14 @@ pub unsafe extern "C" fn ft_open_ofi_env(
     })
 }
 
-/// Stops the rank's progress thread and frees a handle from `ft_open_mpi` or
-/// `ft_open_ofi_env` (never one from `ft_sim_rank`). Not thread-safe: no other call
-/// may use the handle, during or after.
+/// Closes and frees a handle from `ft_open_mpi`, `ft_open_ofi_env` or `ft_shrink`
+/// (never one from `ft_sim_rank`): its communicator's stack stops, and the rank's
+/// progress thread with it once the rank's last handle is closed. Not thread-safe: no
+/// other call may use the handle, during or after.
 ///
 /// # Safety
-/// `h` is null or an open handle from an `ft_open_*` call, not used again.
+/// `h` is null or an open handle from an `ft_open_*` call or `ft_shrink`, not used
+/// again.
 #[no_mangle]
 pub unsafe extern "C" fn ft_close(h: *mut ft_handle) -> c_int {
     // SAFETY: a handle from `boxed`, given back once (the contract).
@@ -658,5 +661,29 @@ pub unsafe extern "C" fn ft_shrink_rank(
         let new = view.survivors().new_rank(old_rank).ok_or(FT_ERR_RANK)?;
         // SAFETY: the caller's contract (checked for null by `put`).
         unsafe { put(new_rank, new) }
+    })
+}
+
+/// Shrinks the handle's communicator by its last agreed `G` (after
+/// `MPIX_Comm_shrink`): writes to `*out` a new handle on a new communicator of the
+/// survivors, renumbered in their order (`ft_shrink_rank`), with an empty view and its
+/// own failure detector, over the same connections. Collective over the survivors:
+/// each calls it after the same `ft_validate_global`. The old handle keeps working;
+/// close the new one with `ft_close` (before the old one's `ft_sim_close`, for a
+/// simulated rank). `FT_ERR_REFUSED` if the process made too many groups, and
+/// `FT_ERR_DECLARED_DEAD` if this rank was declared dead. Thread-safe.
+///
+/// # Safety
+/// `h` is null or an open handle; `out` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn ft_shrink(h: *const ft_handle, out: *mut *mut ft_handle) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(FT_ERR_ARG);
+        }
+        // SAFETY: the caller's contract.
+        let shrunk = unsafe { runtime(h) }?.shrink().map_err(|e| code_of(&e))?;
+        // SAFETY: checked non-null.
+        unsafe { put(out, boxed(shrunk)) }
     })
 }

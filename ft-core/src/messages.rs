@@ -95,6 +95,8 @@ pub enum SendError {
     },
     /// The destination is known dead.
     DeadRank(Rank),
+    /// The tag is one the library reserves for its own messages (the store's).
+    ReservedTag(u64),
     /// The message is longer than [`MessengerConfig::max_message_bytes`].
     TooLarge {
         /// Its length.
@@ -111,6 +113,9 @@ impl fmt::Display for SendError {
                 write!(f, "rank {rank} is out of range for {n} ranks")
             }
             SendError::DeadRank(rank) => write!(f, "rank {rank} is known dead"),
+            SendError::ReservedTag(tag) => {
+                write!(f, "tag {tag:#x} is reserved for the library's own messages")
+            }
             SendError::TooLarge { bytes, limit } => {
                 write!(f, "a message of {bytes} bytes, over the limit of {limit}")
             }

@@ -423,6 +423,12 @@ impl<S: Sink> Writer<S> {
 }
 
 impl Writer<Vec<u8>> {
+    /// A writer of a bare payload (no header), for a layer that sends its fields
+    /// inside another's frames (the store inside messages).
+    pub fn bare() -> Self {
+        Writer { sink: Vec::new() }
+    }
+
     /// The finished frame.
     pub fn finish(&mut self) -> Vec<u8> {
         core::mem::take(&mut self.sink)

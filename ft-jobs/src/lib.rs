@@ -680,7 +680,8 @@ pub fn validate_threaded<L: Launch>(launch: &L, args: &JobArgs) -> Result<Finish
 /// The stack on a progress thread that opens its own transport.
 fn spawn<L: Launch>(launch: &L, args: &JobArgs) -> Result<Runtime, String> {
     let (launch, args) = (launch.clone(), args.clone());
-    Runtime::spawn(move || start(&launch, &args)).map_err(|e| e.to_string())
+    Runtime::spawn(move || start(&launch, &args).map(Driver::into_groups))
+        .map_err(|e| e.to_string())
 }
 
 /// The key of the one broadcast every broadcast job runs.

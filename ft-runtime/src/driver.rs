@@ -50,6 +50,7 @@ use ft_bcast::{RankStack, StackEvent};
 use ft_core::node::NodeEvent;
 use ft_core::{wire, HeldHeads, Instant, Promise, Protocol, Rank, TransmitParts};
 
+use crate::groups::{GroupEvent, GroupId, Groups, ShrinkError, StackTuning};
 use crate::runtime::Engine;
 use crate::timeline::{self, Mark};
 use crate::transport::{Bytes, Delivery, Received, Transport, Wake};
@@ -586,18 +587,74 @@ impl<T: Transport> Driver<RankStack, T> {
     /// every death the stack learns ([`Transport::forget_peer`]: a declaration by this
     /// rank's detector or a notice from another rank).
     pub fn for_stack(mut stack: RankStack, transport: T, origin: WallInstant) -> Self {
-        stack.set_chunk_bytes(transport.chunk_bytes());
-        stack.set_early_heads(transport.sends_heads_early());
-        if let Some(bytes) = transport.leaf_chunk_bytes().filter(|&b| b > 0) {
-            stack.set_leaf_chunk_bytes(bytes);
-        }
+        tuning_of(&transport).apply(&mut stack);
         let mut driver = Driver::new(stack, transport, origin);
-        driver.death_of = |event| match *event {
-            StackEvent::Node(NodeEvent::Suspected { rank })
-            | StackEvent::Node(NodeEvent::Learned { rank, .. }) => Some(rank),
-            _ => None,
-        };
+        driver.death_of = stack_death;
         driver
+    }
+
+    /// The same driver over [`Groups`] of this one stack (group 0), so that groups can
+    /// be shrunk from it on this transport: what a [`crate::Runtime`] runs. Events not
+    /// polled yet are kept, as group 0's.
+    pub fn into_groups(self) -> Driver<Groups, T> {
+        let tuning = tuning_of(&self.transport);
+        let events = self
+            .events
+            .into_iter()
+            .map(|(at, event)| {
+                let dead = stack_death(&event);
+                (
+                    at,
+                    GroupEvent {
+                        group: 0,
+                        event,
+                        dead,
+                    },
+                )
+            })
+            .collect();
+        Driver {
+            machine: Groups::new(self.machine, tuning),
+            transport: self.transport,
+            origin: self.origin,
+            buf: self.buf,
+            ahead: self.ahead,
+            events,
+            stats: self.stats,
+            idle_sleep: self.idle_sleep,
+            idle_spin: self.idle_spin,
+            last_activity: self.last_activity,
+            last_tick: self.last_tick,
+            spin_rounds: self.spin_rounds,
+            death_of: |event| event.dead,
+            held_heads: self.held_heads,
+        }
+    }
+}
+
+impl<T: Transport> Driver<Groups, T> {
+    /// [`Driver::for_stack`], then [`Driver::into_groups`]: a [`crate::Runtime`]'s
+    /// engine.
+    pub fn for_groups(stack: RankStack, transport: T, origin: WallInstant) -> Self {
+        Driver::for_stack(stack, transport, origin).into_groups()
+    }
+}
+
+/// How `transport` wants broadcast frames ([`Driver::for_stack`]).
+fn tuning_of<T: Transport>(transport: &T) -> StackTuning {
+    StackTuning {
+        chunk_bytes: transport.chunk_bytes(),
+        leaf_chunk_bytes: transport.leaf_chunk_bytes(),
+        early_heads: transport.sends_heads_early(),
+    }
+}
+
+/// The rank a stack event reports dead, if it reports a death.
+fn stack_death(event: &StackEvent) -> Option<Rank> {
+    match *event {
+        StackEvent::Node(NodeEvent::Suspected { rank })
+        | StackEvent::Node(NodeEvent::Learned { rank, .. }) => Some(rank),
+        _ => None,
     }
 }
 
@@ -615,21 +672,35 @@ fn hand_over<P: Protocol>(
     }
 }
 
-/// A driven stack is an engine for [`crate::Runtime`]: the progress thread runs this
-/// very loop.
-impl<T: Transport> Engine for Driver<RankStack, T> {
+/// Driven groups are an engine for [`crate::Runtime`]: the progress thread runs this
+/// very loop, for every handle of the process's groups.
+impl<T: Transport> Engine for Driver<Groups, T> {
     type Error = T::Error;
 
-    fn stack(&self) -> &RankStack {
-        self.machine()
+    fn stack(&self, group: GroupId) -> Option<&RankStack> {
+        self.machine().stack(group)
     }
-    fn command(&mut self, f: &mut dyn FnMut(&mut RankStack, Instant)) -> Result<(), T::Error> {
-        Driver::command(self, |stack, now| f(stack, now))
+    fn command(
+        &mut self,
+        group: GroupId,
+        f: &mut dyn FnMut(&mut RankStack, Instant),
+    ) -> Result<(), T::Error> {
+        Driver::command(self, |groups, now| {
+            if let Some(stack) = groups.stack_mut(group) {
+                f(stack, now);
+            }
+        })
+    }
+    fn shrink(&mut self, group: GroupId) -> Result<Result<GroupId, ShrinkError>, T::Error> {
+        Driver::command(self, |groups, now| groups.shrink(group, now))
+    }
+    fn remove(&mut self, group: GroupId) {
+        self.machine.remove(group);
     }
     fn pump(&mut self) -> Result<bool, T::Error> {
         Driver::pump(self)
     }
-    fn next_event(&mut self) -> Option<StackEvent> {
+    fn next_event(&mut self) -> Option<GroupEvent> {
         self.poll_event().map(|(_, event)| event)
     }
     fn driver_stats(&self) -> DriverStats {

@@ -10,6 +10,8 @@
 //!   threads blocking commands (`validate_local`, `validate_global`, `recognize`,
 //!   `revoke`, `start_broadcast`, `wait_outputs`, `release`) and a published
 //!   [`ViewSnapshot`] of the failure view that answers the state queries;
+//! - [`groups`]: the groups of one rank over one transport (the one it started in and
+//!   those shrunk from it, [`Runtime::shrink`]), driven as one machine;
 //! - [`events`]: what the rank learns (an activation arrived, an output is ready, a rank
 //!   failed, `G` was agreed, ...) as [`Event`]s in one queue per handle, taken by any
 //!   number of threads or watched through an eventfd;
@@ -31,6 +33,7 @@ mod sync;
 pub mod copies;
 pub mod driver;
 pub mod events;
+pub mod groups;
 pub mod mem;
 pub mod runtime;
 pub mod timeline;
@@ -40,8 +43,9 @@ pub use copies::Copies;
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use events::{Event, DEFAULT_EVENT_CAPACITY};
 pub use ft_bcast::{Allocate, TaskId};
+pub use groups::{GroupEvent, GroupId, Groups, ShrinkError};
 pub use mem::{MemError, MemNet, MemTransport};
-pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
+pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, StoreCommit, ViewSnapshot};
 pub use shared::Stopped;
 pub use transport::{Bytes, Delivery, Place, Received, Transport, Wake, DEFAULT_IDLE_YIELD_EVERY};
 

@@ -160,7 +160,7 @@ impl MemNet {
         let transport = self.endpoint(config.me);
         Runtime::spawn(move || {
             let stack = RankStack::new(config, Instant::ZERO);
-            Ok(Driver::for_stack(stack, transport, WallInstant::now()))
+            Ok(Driver::for_groups(stack, transport, WallInstant::now()))
         })
     }
 

@@ -20,7 +20,8 @@
 //! [`Runtime::validate_global`] (with `num_failed`, `num_new` as [`Counts`]), the
 //! published [`ViewSnapshot`] ([`Runtime::view`]) with `get_state`, `num_state`,
 //! `rank_info` per [`Scope`] and OR-ed [`StateMask`]s, [`Runtime::recognize`],
-//! [`Runtime::revoke`], the shrink renumbering ([`ViewSnapshot::survivors`]); and the
+//! [`Runtime::revoke`], the shrink renumbering ([`ViewSnapshot::survivors`]) and the
+//! shrunk group itself ([`Runtime::shrink`]: a new handle over the same connections); and the
 //! broadcast: [`Runtime::start_broadcast`], [`Runtime::wait_outputs`] (with a timeout),
 //! [`Runtime::release`]. `ft_runtime::runtime` documents which calls block.
 //!
@@ -33,17 +34,22 @@ pub use ft_core;
 pub use ft_runtime;
 
 pub use ft_bcast::{
-    Allocate, BcastError, OutputSet, OutputSpec, PlanSpec, StackError, Strategy, TaskId, Topology,
+    Allocate, BcastError, OutputSet, OutputSpec, PlanSpec, StackError, StoreStats, Strategy,
+    TaskId, Topology,
 };
 pub use ft_core::shrink::Survivors;
 pub use ft_core::{
     Counts, Landing, Modifier, Rank, RankInfo, RankSet, RankState, Scope, StateMask, ViewError,
 };
-pub use ft_runtime::{Event, GlobalValidation, Runtime, RuntimeError, ViewSnapshot};
+pub use ft_runtime::{
+    Event, GlobalValidation, GroupId, Runtime, RuntimeError, ShrinkError, StoreCommit, ViewSnapshot,
+};
 
 /// The thread-safe handle of one rank, whatever the backend (a [`Runtime`]).
 pub type Handle = Runtime;
 
+#[cfg(unix)]
+pub mod failstop;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "ofi")]

@@ -62,7 +62,7 @@ pub unsafe fn open_raw(comm: ffi::MPI_Comm, settings: &Settings) -> Result<Runti
         let transport = MpiTransport::new(&comm).map_err(|e| e.to_string())?;
         let (n, me) = (comm.size() as u32, comm.rank() as u32);
         drop(comm);
-        Ok(Driver::for_stack(
+        Ok(Driver::for_groups(
             settings.stack(n, me),
             transport,
             WallInstant::now(),

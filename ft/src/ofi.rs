@@ -21,7 +21,7 @@ pub fn open(config: OfiConfig, settings: &Settings) -> Result<Runtime, RuntimeEr
     Runtime::spawn(move || {
         let (n, me) = (config.size, config.rank);
         let transport = OfiTransport::open(config).map_err(|e| e.to_string())?;
-        Ok(Driver::for_stack(
+        Ok(Driver::for_groups(
             settings.stack(n, me),
             transport,
             WallInstant::now(),

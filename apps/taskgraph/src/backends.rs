@@ -2,9 +2,9 @@
 //! in this process (`sim`), or this process's one rank under a launcher (`ofi`,
 //! `mpi`). A `--kill` is a kill of the simulated rank, or `SIGKILL` to this process.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ft::Settings;
 
@@ -92,15 +92,6 @@ pub fn run_sim_logged(cli: &Cli, log: Option<Arc<RunLog>>) -> JobEnd {
     }
 }
 
-/// Ends this process as a crashed node does.
-#[cfg_attr(not(any(feature = "ofi", feature = "mpi")), allow(dead_code))]
-fn sigkill_self() {
-    // SAFETY: raising a signal has no memory effects; SIGKILL cannot be caught.
-    unsafe {
-        libc::raise(libc::SIGKILL);
-    }
-}
-
 /// Runs this process's rank of the job over `handle`, once the input is checked.
 #[cfg_attr(not(any(feature = "ofi", feature = "mpi")), allow(dead_code))]
 fn run_one(
@@ -119,18 +110,15 @@ fn run_one(
     };
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
-        s.spawn(|| watchdog(&handle, &settings, &done));
-        let result = run_rank(&handle, &*work, &options, &sigkill_self);
+        s.spawn(|| ft::failstop::watch(&handle, &settings, &done, "fttask"));
+        let result = run_rank(&handle, &*work, &options, &|| ft::failstop::die());
         done.store(true, Ordering::Relaxed);
         result
     });
     // Declared dead by its peers (rightly or not), the rank stops as a dead one does:
     // the job goes on without it.
-    if let (Err(why), Err(stop)) = (&result, handle.copies()) {
-        if stop.is_fail_stop() {
-            eprintln!("fttask: {why}: {stop}");
-            sigkill_self();
-        }
+    if let Err(why) = &result {
+        ft::failstop::leave_if_declared(&handle, "fttask", why);
     }
     let _ = handle.shutdown(LINGER);
     match result {
@@ -139,42 +127,6 @@ fn run_one(
         Err(e) => JobEnd::Failed(e),
     }
 }
-
-// ANCHOR: watchdog
-/// Enforces fail-stop on a rank whose progress thread stalls. That thread sends the
-/// rank's heartbeats, so once it has made no turn for two timeouts and a second, the
-/// rank's observer has declared it dead and the survivors go on without it; but a
-/// stalled thread never reads the notice that says so, and the process would stay
-/// until its launcher gave up. So this thread asks for one turn every period (a
-/// [`ft::Runtime::copies`], which changes nothing) from a helper, and kills the
-/// process when none came back in time.
-#[cfg_attr(not(any(feature = "ofi", feature = "mpi")), allow(dead_code))]
-fn watchdog(handle: &ft::Runtime, settings: &Settings, done: &AtomicBool) {
-    let origin = Instant::now();
-    let turned = AtomicU64::new(0);
-    let bound = 2 * settings.timeout + Duration::from_secs(1);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !done.load(Ordering::Relaxed) && handle.copies().is_ok() {
-                turned.store(origin.elapsed().as_millis() as u64, Ordering::Relaxed);
-                std::thread::sleep(settings.period);
-            }
-        });
-        while !done.load(Ordering::Relaxed) {
-            std::thread::sleep(settings.period);
-            let since = origin.elapsed() - Duration::from_millis(turned.load(Ordering::Relaxed));
-            if since > bound {
-                eprintln!(
-                    "fttask: rank {}: the progress thread made no turn for {since:?}: its \
-                     peers have declared it dead, so it stops (fail-stop)",
-                    handle.view().rank()
-                );
-                sigkill_self();
-            }
-        }
-    });
-}
-// ANCHOR_END: watchdog
 
 /// This process's rank under `ftrun` (libfabric).
 #[cfg(feature = "ofi")]

@@ -154,6 +154,15 @@ impl Broadcaster {
         self.on_data(task, at, Chunk::Landed(payload.into_bytes()))
     }
 
+    /// Whether `slot` is one [`Broadcaster::place_frame`] gave (of a broadcast still
+    /// kept here).
+    pub fn holds(&self, slot: &Slot) -> bool {
+        self.tasks
+            .values()
+            .flat_map(|t| t.buffers.values())
+            .any(|buffer| buffer.holds(slot))
+    }
+
     /// A slot [`Broadcaster::place_frame`] gave came back unfilled: its bytes may be
     /// placed again (a broadcast forgotten since keeps nothing of it).
     pub fn slot_lost(&mut self, slot: Slot) {

@@ -1,0 +1,222 @@
+//! [`Mailbox`]: a handle's events as the solver takes them, the messages that came
+//! early kept until they are asked for (see the [halo module docs](super)).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use ft::ft_bcast::Bytes;
+use ft::ft_core::SendError;
+use ft::{Event, Rank, Runtime, RuntimeError, StackError};
+
+use super::{HaloError, Kind, Tag};
+use crate::strip::Side;
+
+/// The handle a rank works through: the one it started with, or one shrunk from it
+/// (which the rank then owns).
+pub enum Handle<'h> {
+    /// The handle the rank was started with.
+    Started(&'h Runtime),
+    /// A handle of a group shrunk from it.
+    Shrunk(Runtime),
+}
+
+impl std::ops::Deref for Handle<'_> {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        match self {
+            Handle::Started(h) => h,
+            Handle::Shrunk(h) => h,
+        }
+    }
+}
+
+/// A handle's messages, as the solver takes them: see the [module docs](super).
+pub struct Mailbox<'h> {
+    handle: Handle<'h>,
+    round: u16,
+    early: HashMap<(Rank, u64), Bytes>,
+    failed: Vec<Rank>,
+    /// Events the solver does not act on (validations, broadcasts), for the recovery.
+    others: VecDeque<Event>,
+    deadline: Instant,
+    dropped: u64,
+}
+
+impl<'h> Mailbox<'h> {
+    /// The mailbox of `handle`, whose waits give up at `deadline`.
+    pub fn new(handle: &'h Runtime, deadline: Instant) -> Self {
+        Mailbox {
+            handle: Handle::Started(handle),
+            round: 0,
+            early: HashMap::new(),
+            failed: Vec::new(),
+            others: VecDeque::new(),
+            deadline,
+            dropped: 0,
+        }
+    }
+
+    /// The handle.
+    pub fn handle(&self) -> &Runtime {
+        &self.handle
+    }
+
+    /// This rank's number in the handle's group.
+    pub fn me(&self) -> Rank {
+        self.handle.view().rank()
+    }
+
+    /// Goes on over `shrunk`, a handle shrunk from this one's: a new numbering, so the
+    /// messages kept and the failures reported so far are dropped, and a new round
+    /// starts.
+    pub fn switch_to(&mut self, shrunk: Runtime) {
+        self.handle = Handle::Shrunk(shrunk);
+        self.dropped += self.early.len() as u64;
+        self.early.clear();
+        self.failed.clear();
+        self.others.clear();
+        self.next_round();
+    }
+
+    /// The current recovery round (0 before any failure).
+    pub fn round(&self) -> u16 {
+        self.round
+    }
+
+    /// Starts the next recovery round: messages of earlier rounds are dropped.
+    pub fn next_round(&mut self) {
+        self.round = self.round.wrapping_add(1);
+        let round = self.round;
+        let before = self.early.len();
+        self.early
+            .retain(|&(_, raw), _| Tag::decode(raw).is_some_and(|t| t.round == round));
+        self.dropped += (before - self.early.len()) as u64;
+    }
+
+    /// Every rank reported failed on this handle so far, in the order reported.
+    pub fn failed(&self) -> &[Rank] {
+        &self.failed
+    }
+
+    /// The events taken while waiting that were neither messages nor failures
+    /// (validations, broadcast events), oldest first; each is handed out once.
+    pub fn take_others(&mut self) -> Vec<Event> {
+        self.others.drain(..).collect()
+    }
+
+    /// Messages dropped so far: of an earlier round, not ours, or repeated.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// A tag of this round.
+    pub fn tag(&self, kind: Kind, iteration: u32, side: Side) -> Tag {
+        Tag {
+            kind,
+            round: self.round,
+            iteration,
+            side,
+        }
+    }
+
+    /// Sends `bytes` to `to` under `tag`.
+    pub fn send(&self, to: Rank, tag: Tag, bytes: impl Into<Bytes>) -> Result<(), HaloError> {
+        match self.handle.send(to, tag.encode(), bytes) {
+            Ok(()) => Ok(()),
+            Err(RuntimeError::Stack(StackError::Send(SendError::DeadRank(r)))) => {
+                Err(HaloError::NeighbourFailed(r))
+            }
+            Err(e) => Err(HaloError::Runtime(e)),
+        }
+    }
+
+    /// The first message of `kind` of this round from any rank, waiting for one if
+    /// none has come yet; failures end the wait as in [`Mailbox::receive`] (as
+    /// [`HaloError::PeerFailed`]).
+    pub fn receive_any(&mut self, kind: Kind) -> Result<(Rank, Tag, Bytes), HaloError> {
+        let early = self
+            .early
+            .keys()
+            .copied()
+            .find(|&(_, raw)| Tag::decode(raw).is_some_and(|t| t.kind == kind));
+        if let Some(key) = early {
+            let bytes = self.early.remove(&key).expect("a key just found");
+            return Ok((key.0, Tag::decode(key.1).expect("kept tags decode"), bytes));
+        }
+        loop {
+            let (from, raw, bytes) = self.next(None, self.tag(kind, 0, Side::Above), &[])?;
+            match Tag::decode(raw) {
+                Some(tag) if tag.kind == kind && tag.round == self.round => {
+                    return Ok((from, tag, bytes))
+                }
+                _ => self.keep(from, raw, bytes),
+            }
+        }
+    }
+
+    /// The message `from` sent under `tag`, waiting for it if it has not come yet.
+    /// A failure of `from` or of a rank in `neighbours` is a
+    /// [`HaloError::NeighbourFailed`]; of any other rank, a [`HaloError::PeerFailed`].
+    pub fn receive(
+        &mut self,
+        from: Rank,
+        tag: Tag,
+        neighbours: &[Rank],
+    ) -> Result<Bytes, HaloError> {
+        let want = (from, tag.encode());
+        if let Some(bytes) = self.early.remove(&want) {
+            return Ok(bytes);
+        }
+        loop {
+            let (f, t, bytes) = self.next(Some(from), tag, neighbours)?;
+            if (f, t) == want {
+                return Ok(bytes);
+            }
+            self.keep(f, t, bytes);
+        }
+    }
+
+    /// The next message of the handle's events; a failure or revocation first ends the
+    /// wait. `from` (if one sender is awaited) and `tag` say what the wait is for.
+    fn next(
+        &mut self,
+        from: Option<Rank>,
+        tag: Tag,
+        neighbours: &[Rank],
+    ) -> Result<(Rank, u64, Bytes), HaloError> {
+        loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            let event = self
+                .handle
+                .next_event(Some(left))
+                .map_err(HaloError::Runtime)?;
+            match event {
+                None => return Err(HaloError::TimedOut { from, tag }),
+                Some(Event::Message { from, tag, bytes }) => return Ok((from, tag, bytes)),
+                Some(Event::RankFailed { rank }) => {
+                    self.failed.push(rank);
+                    return Err(if from == Some(rank) || neighbours.contains(&rank) {
+                        HaloError::NeighbourFailed(rank)
+                    } else {
+                        HaloError::PeerFailed(rank)
+                    });
+                }
+                Some(Event::Revoked { by }) => return Err(HaloError::Revoked { by }),
+                Some(Event::Overflowed { dropped }) => return Err(HaloError::Overflowed(dropped)),
+                // Validations and broadcast events are the recovery's business.
+                Some(other) => self.others.push_back(other),
+            }
+        }
+    }
+
+    /// Keeps a message that came before it was asked for, unless it is stale.
+    fn keep(&mut self, from: Rank, raw: u64, bytes: Bytes) {
+        let current = Tag::decode(raw).is_some_and(|t| t.round == self.round);
+        if current && !self.early.contains_key(&(from, raw)) {
+            self.early.insert((from, raw), bytes);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
