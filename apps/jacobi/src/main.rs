@@ -44,6 +44,7 @@ fn main() {
                 "checkpoint_bytes": r.checkpoints.1,
                 "checksum": r.checksum,
                 "seconds": r.seconds,
+                "recovery_seconds": r.recoveries,
             });
             println!("{json}");
         }

@@ -1,5 +1,8 @@
-//! `ftjacobi --backend mpi` under `mpiexec --with-ft ulfm --oversubscribe -n 3`: three
-//! MPI processes end with the simulator's checksum. `mpiexec` is `FT_MPIEXEC`, the one
+//! `ftjacobi --backend mpi` under `mpiexec --with-ft ulfm --oversubscribe`: three MPI
+//! processes end with the simulator's checksum, and six survive real kills under
+//! `--mode shrink` (a rank, a node's block, two in sequence, one during the recovery)
+//! with that same checksum (`mpiexec` starts with `SIGPIPE` blocked: PRRTE ends a job
+//! at its eleventh). `mpiexec` is `FT_MPIEXEC`, the one
 //! beside `MPICC`, or the workspace's Open MPI (`.tools/openmpi-5.0.11`).
 
 mod common;
@@ -51,4 +54,49 @@ fn three_processes_end_with_the_simulators_checksum() {
         (&json["backend"], &json["ranks"]),
         (&"mpi".into(), &3.into())
     );
+}
+
+#[test]
+fn six_processes_survive_kills_with_the_failure_free_checksum() {
+    let job = [
+        "--grid",
+        "96",
+        "--iterations",
+        "80",
+        "--checkpoint-every",
+        "10",
+    ];
+    let want = sim_checksum(&job);
+    let cases: [(&[&str], &[u32]); 4] = [
+        (&["--kill", "2@25"], &[2]),
+        (&["--ranks-per-node", "2", "--kill", "2,3@25"], &[2, 3]),
+        (&["--kill", "1@15", "--kill", "4@50"], &[1, 4]),
+        (&["--kill", "1@15", "--kill", "3@0"], &[1, 3]),
+    ];
+    for (kills, dead) in cases {
+        let mut command = Command::new("env");
+        command
+            .arg("--block-signal=PIPE")
+            .arg(mpiexec())
+            .args(["--with-ft", "ulfm", "--oversubscribe", "-n", "6"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        command
+            .arg(FTJACOBI)
+            .args([
+                "--backend",
+                "mpi",
+                "--timeout-ms",
+                "1000",
+                "--limit-s",
+                "90",
+            ])
+            .args(job)
+            .args(kills);
+        let out = run_within(&mut command, Duration::from_secs(150));
+        let json = report(&format!("{kills:?}"), &out);
+        assert_eq!(json["checksum"], want, "{kills:?}: {json}");
+        assert_eq!(json["dead"], serde_json::json!(dead), "{kills:?}: {json}");
+        assert_eq!(json["ranks"], 6, "{json}");
+    }
 }

@@ -1,5 +1,6 @@
 //! `ftjacobi --backend ofi` under `ftrun`: three processes over libfabric end with the
-//! simulator's checksum. `ftrun` is taken from `FT_FTRUN`, or beside `ftjacobi` (built
+//! simulator's checksum, and six survive real kills under `--mode shrink` (a rank, a
+//! node's block, two in sequence, one during the recovery) with that same checksum. `ftrun` is taken from `FT_FTRUN`, or beside `ftjacobi` (built
 //! there with `cargo build -p ft-launch --bin ftrun` when it is missing).
 
 mod common;
@@ -62,4 +63,44 @@ fn three_processes_end_with_the_simulators_checksum() {
         (&json["backend"], &json["ranks"]),
         (&"ofi".into(), &3.into())
     );
+}
+
+#[test]
+fn six_processes_survive_kills_with_the_failure_free_checksum() {
+    let job = [
+        "--grid",
+        "96",
+        "--iterations",
+        "80",
+        "--checkpoint-every",
+        "10",
+    ];
+    let want = sim_checksum(&job);
+    let cases: [(&[&str], &[u32]); 4] = [
+        (&["--kill", "2@25"], &[2]),
+        (&["--ranks-per-node", "2", "--kill", "2,3@25"], &[2, 3]),
+        (&["--kill", "1@15", "--kill", "4@50"], &[1, 4]),
+        (&["--kill", "1@15", "--kill", "3@0"], &[1, 3]),
+    ];
+    for (kills, dead) in cases {
+        let mut command = Command::new(ftrun());
+        command.args(["-n", "6", "--"]);
+        command
+            .arg(FTJACOBI)
+            .args([
+                "--backend",
+                "ofi",
+                "--timeout-ms",
+                "1000",
+                "--limit-s",
+                "90",
+            ])
+            .args(job)
+            .args(kills);
+        let out = run_within(&mut command, Duration::from_secs(150));
+        let json = report(&format!("{kills:?}"), &out);
+        assert_eq!(json["checksum"], want, "{kills:?}: {json}");
+        assert_eq!(json["dead"], serde_json::json!(dead), "{kills:?}: {json}");
+        assert_eq!(json["ranks"], 6, "{json}");
+    }
 }

@@ -1,7 +1,9 @@
 //! `ftjacobi` end to end on the simulator: the final grid's checksum is the same for
 //! every number of ranks and equals a serial run computed here; spares wait for the end;
-//! a `--kill` is carried out and interrupts the solver; bad input exits with code 2
-//! and one message before any work.
+//! under `--mode shrink` the survivors of a kill, a node's block, two failures in
+//! sequence and a failure during the recovery end with that same checksum; a
+//! checkpoint lost with both its copies is an error; bad input exits with code 2 and
+//! one message before any work.
 
 use std::process::{Command, Output};
 
@@ -85,6 +87,8 @@ fn spares_wait_for_the_end_and_do_not_change_the_result() {
     let json = run(&[
         "-n",
         "3",
+        "--mode",
+        "rebuild",
         "--spares",
         "2",
         "--grid",
@@ -96,8 +100,57 @@ fn spares_wait_for_the_end_and_do_not_change_the_result() {
     assert_eq!((&json["ranks"], &json["spares"]), (&3.into(), &2.into()));
 }
 
+/// A shrink-mode job of 6 ranks with `kills`, its JSON line checked against the
+/// failure-free checksum and the ranks that died.
+fn survives(extra: &[&str], dead: &[u32], rollbacks: u64) {
+    let base = [
+        "-n",
+        "6",
+        "--grid",
+        "48",
+        "--iterations",
+        "60",
+        "--checkpoint-every",
+        "8",
+    ];
+    let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+    let json = run(&args);
+    assert_eq!(
+        json["checksum"],
+        serial_checksum(48, 60).as_str(),
+        "{args:?}: {json}"
+    );
+    assert_eq!(json["dead"], serde_json::json!(dead), "{args:?}: {json}");
+    assert_eq!(json["rollbacks"], rollbacks, "{args:?}: {json}");
+    assert_eq!(json["mode"], "shrink");
+}
+
 #[test]
-fn a_kill_is_carried_out_and_interrupts_the_solver() {
+fn a_shrink_survives_a_kill_with_the_failure_free_checksum() {
+    survives(&["--kill", "2@21"], &[2], 1);
+}
+
+#[test]
+fn a_shrink_survives_a_nodes_block_whose_copies_sit_on_the_next_node() {
+    survives(&["--ranks-per-node", "2", "--kill", "2,3@13"], &[2, 3], 1);
+    // The last node's copies are on the first.
+    survives(
+        &["--ranks-per-node", "3", "--kill", "3-5@30"],
+        &[3, 4, 5],
+        1,
+    );
+}
+
+#[test]
+fn a_shrink_survives_two_failures_in_sequence_and_one_during_the_recovery() {
+    survives(&["--kill", "1@9", "--kill", "4@40"], &[1, 4], 2);
+    // Rank 3 dies once the survivors agreed on rank 1, before they shrank.
+    survives(&["--kill", "1@17", "--kill", "3@0"], &[1, 3], 1);
+}
+
+#[test]
+fn a_lost_checkpoint_is_an_error_not_a_wrong_answer() {
+    // Ranks 1 and 2 die together; with one rank per node, rank 1's copy is on rank 2.
     let out = ftjacobi(&[
         "-n",
         "4",
@@ -105,17 +158,15 @@ fn a_kill_is_carried_out_and_interrupts_the_solver() {
         "32",
         "--iterations",
         "20",
+        "--ranks-per-node",
+        "1",
         "--kill",
-        "2@5",
+        "1,2@5",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(out.stdout.is_empty());
-    assert!(
-        stderr.contains("rank 2 failed")
-            && stderr.contains("recovery after a failure is not built yet"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("rank 1's checkpoint is lost"), "{stderr}");
 }
 
 /// The real backends this binary was built without, and what it says when asked.

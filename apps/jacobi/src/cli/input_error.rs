@@ -53,6 +53,8 @@ pub enum InputError {
     },
     /// Rebuild with kills, but no spare and no respawn to rebuild from.
     RebuildWithoutReplacements,
+    /// Spares under shrink, which gives the lost rows to the survivors.
+    SparesUnderShrink(u32),
     /// Rebuild with more deaths than spares, and no respawn.
     NotEnoughSpares {
         /// The ranks the kills take.
@@ -100,6 +102,11 @@ impl fmt::Display for InputError {
             InputError::KillPastEnd { at, iterations } => {
                 write!(f, "--kill @{at}: the job runs iterations 0..{iterations}")
             }
+            InputError::SparesUnderShrink(spares) => write!(
+                f,
+                "--spares {spares} with --mode shrink: a shrink hands the lost rows to the \
+                 survivors, spares are for --mode rebuild"
+            ),
             InputError::RebuildWithoutReplacements => write!(
                 f,
                 "--mode rebuild with --kill needs --spares K or --respawn to rebuild from"

@@ -232,6 +232,9 @@ pub fn prepare(cli: &Cli, group: u32) -> Result<Config, InputError> {
             return Err(InputError::Respawn("it replaces ranks: use --mode rebuild"));
         }
     }
+    if cli.mode == Mode::Shrink && cli.spares > 0 {
+        return Err(InputError::SparesUnderShrink(cli.spares));
+    }
     if cli.mode == Mode::Rebuild && !kills.is_empty() && !cli.respawn {
         if cli.spares == 0 {
             return Err(InputError::RebuildWithoutReplacements);

@@ -2,6 +2,7 @@
 //! early kept until they are asked for (see the [halo module docs](super)).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ft::ft_bcast::Bytes;
@@ -12,12 +13,14 @@ use super::{HaloError, Kind, Tag};
 use crate::strip::Side;
 
 /// The handle a rank works through: the one it started with, or one shrunk from it
-/// (which the rank then owns).
+/// (shared: a recovery keeps the group of the last checkpoint open beside the one it
+/// works in). Cloning it is cheap.
+#[derive(Clone)]
 pub enum Handle<'h> {
     /// The handle the rank was started with.
     Started(&'h Runtime),
     /// A handle of a group shrunk from it.
-    Shrunk(Runtime),
+    Shrunk(Arc<Runtime>),
 }
 
 impl std::ops::Deref for Handle<'_> {
@@ -62,6 +65,11 @@ impl<'h> Mailbox<'h> {
         &self.handle
     }
 
+    /// The handle, to keep beside the mailbox.
+    pub fn shared_handle(&self) -> Handle<'h> {
+        self.handle.clone()
+    }
+
     /// This rank's number in the handle's group.
     pub fn me(&self) -> Rank {
         self.handle.view().rank()
@@ -70,7 +78,7 @@ impl<'h> Mailbox<'h> {
     /// Goes on over `shrunk`, a handle shrunk from this one's: a new numbering, so the
     /// messages kept and the failures reported so far are dropped, and a new round
     /// starts.
-    pub fn switch_to(&mut self, shrunk: Runtime) {
+    pub fn switch_to(&mut self, shrunk: Arc<Runtime>) {
         self.handle = Handle::Shrunk(shrunk);
         self.dropped += self.early.len() as u64;
         self.early.clear();

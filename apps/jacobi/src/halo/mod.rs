@@ -19,7 +19,7 @@ mod tag;
 
 use std::fmt;
 
-use ft::{Rank, RuntimeError};
+use ft::{GlobalValidation, Rank, RuntimeError};
 
 pub use mailbox::{Handle, Mailbox};
 pub use tag::{Kind, Tag};
@@ -58,6 +58,9 @@ pub enum HaloError {
         /// The awaited tag.
         tag: Tag,
     },
+    /// A checkpoint commit failed: ranks died since the group started. The
+    /// validation it made is the agreement a recovery starts from.
+    CommitFailed(GlobalValidation),
     /// This rank's handle failed (stopped, declared dead, ...).
     Runtime(RuntimeError),
 }
@@ -82,6 +85,11 @@ impl fmt::Display for HaloError {
                     tag.kind
                 )
             }
+            HaloError::CommitFailed(v) => write!(
+                f,
+                "the checkpoint was not committed: ranks {:?} failed",
+                v.agreed.iter().collect::<Vec<_>>()
+            ),
             HaloError::Runtime(e) => write!(f, "{e}"),
         }
     }

@@ -12,6 +12,9 @@ pub enum Kind {
     Digests = 2,
     /// The reporting rank has the checksum: the job is over.
     Done = 3,
+    /// Rows of a checkpoint, for their owner under a recovery's new layout (the
+    /// iteration field names the checkpoint's owner).
+    Restore = 4,
 }
 
 /// A message's tag: see the [halo module docs](super).
@@ -47,6 +50,7 @@ impl Tag {
             1 => Kind::Halo,
             2 => Kind::Digests,
             3 => Kind::Done,
+            4 => Kind::Restore,
             _ => return None,
         };
         let side = match raw & 0xff {
