@@ -569,6 +569,23 @@ pub fn leave(why: &str) -> ! {
     die()
 }
 
+/// Milliseconds since this process started (Linux: its start time in `/proc/self/stat`
+/// against the system's uptime, both in clock ticks of 10 ms), for the start-up
+/// figures of the validation job; `None` where they cannot be read.
+pub fn since_process_start_ms() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces: count fields after its ')'.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let start_ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let up_s: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no memory effects.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_s = u64::try_from(ticks).ok().filter(|&t| t > 0)?;
+    let up_ms = (up_s * 1000.0) as u64;
+    Some(up_ms.saturating_sub(start_ticks * 1000 / per_s))
+}
+
 /// Why the rank stopped, if `event` says it did.
 pub fn stopped(event: &StackEvent) -> Option<String> {
     match event {
@@ -593,6 +610,7 @@ pub fn validate<T: JobTransport>(
         die();
     }
     let mut validations = vec![validate_once(&mut driver, limit)?];
+    let first_validation_ms = since_process_start_ms();
     if let Some(stall_ms) = args.stall_ms {
         // The stalled ranks stop; everyone validates again once the stall and a
         // detector timeout (plus two periods, for the last heartbeat and the notice)
@@ -623,6 +641,7 @@ pub fn validate<T: JobTransport>(
             .map(|(epoch, g)| json!({"epoch": epoch, "G": g}))
             .collect::<Vec<_>>(),
         "L": view.local().iter().collect::<Vec<_>>(),
+        "first_validation_ms": first_validation_ms,
         "stats": stats(&driver),
     })
     .to_string();

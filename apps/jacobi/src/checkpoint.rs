@@ -41,6 +41,7 @@ impl Checkpoints {
         iteration % self.every == 0
     }
 
+    // ANCHOR: take
     /// Puts `strip` as the checkpoint of `iteration` in `handle`'s store and commits it
     /// with the group. A commit that failed because ranks died is
     /// [`HaloError::CommitFailed`], with the agreement it made.
@@ -65,6 +66,7 @@ impl Checkpoints {
         self.bytes += len;
         Ok(commit)
     }
+    // ANCHOR_END: take
 
     /// Checkpoints committed, and their bytes in all.
     pub fn taken(&self) -> (u64, u64) {

@@ -45,6 +45,8 @@ fn main() {
                 "checksum": r.checksum,
                 "seconds": r.seconds,
                 "recovery_seconds": r.recoveries,
+                "store_bytes_held": r.store.own_bytes + r.store.held_bytes,
+                "store_bytes_sent": r.store.bytes_sent,
             });
             println!("{json}");
         }

@@ -39,6 +39,8 @@ pub struct Report {
     /// Each recovery's time at this rank, in seconds: from the start of the iteration
     /// a failure interrupted to the solver's return to it.
     pub recoveries: Vec<f64>,
+    /// What this rank's store (of the group it ended in) holds and sent.
+    pub store: ft::StoreStats,
 }
 
 /// How a rank ended.
@@ -203,6 +205,7 @@ pub fn run_rank(
         rollbacks: state.rollbacks,
         checkpoints: hooks.checkpoints.taken(),
         recoveries: hooks.recoveries.iter().map(Duration::as_secs_f64).collect(),
+        store: mailbox.handle().store_stats().unwrap_or_default(),
     }))
 }
 

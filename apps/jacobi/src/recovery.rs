@@ -177,6 +177,7 @@ pub fn recover<'h>(
     }
 }
 
+// ANCHOR: attempt
 /// One pass of steps 1–4.
 fn attempt<'h>(
     mailbox: &mut Mailbox<'h>,
@@ -221,6 +222,7 @@ fn attempt<'h>(
         start: iteration,
     })
 }
+// ANCHOR_END: attempt
 
 /// Step 3: sends the checkpoint rows this rank provides to their new owners, and
 /// assembles its own strip under `layout` from what the providers send it.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{report, run_within, sim_checksum, workspace, FTJACOBI};
+use common::{report, run_within, sim_checksum, survives_kills, workspace, FTJACOBI};
 
 /// The `mpiexec` of the MPI this crate was built against.
 fn mpiexec() -> PathBuf {
@@ -58,22 +58,7 @@ fn three_processes_end_with_the_simulators_checksum() {
 
 #[test]
 fn six_processes_survive_kills_with_the_failure_free_checksum() {
-    let job = [
-        "--grid",
-        "96",
-        "--iterations",
-        "80",
-        "--checkpoint-every",
-        "10",
-    ];
-    let want = sim_checksum(&job);
-    let cases: [(&[&str], &[u32]); 4] = [
-        (&["--kill", "2@25"], &[2]),
-        (&["--ranks-per-node", "2", "--kill", "2,3@25"], &[2, 3]),
-        (&["--kill", "1@15", "--kill", "4@50"], &[1, 4]),
-        (&["--kill", "1@15", "--kill", "3@0"], &[1, 3]),
-    ];
-    for (kills, dead) in cases {
+    survives_kills("mpi", || {
         let mut command = Command::new("env");
         command
             .arg("--block-signal=PIPE")
@@ -82,21 +67,5 @@ fn six_processes_survive_kills_with_the_failure_free_checksum() {
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         command
-            .arg(FTJACOBI)
-            .args([
-                "--backend",
-                "mpi",
-                "--timeout-ms",
-                "1000",
-                "--limit-s",
-                "90",
-            ])
-            .args(job)
-            .args(kills);
-        let out = run_within(&mut command, Duration::from_secs(150));
-        let json = report(&format!("{kills:?}"), &out);
-        assert_eq!(json["checksum"], want, "{kills:?}: {json}");
-        assert_eq!(json["dead"], serde_json::json!(dead), "{kills:?}: {json}");
-        assert_eq!(json["ranks"], 6, "{json}");
-    }
+    });
 }

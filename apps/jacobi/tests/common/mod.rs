@@ -62,3 +62,44 @@ pub fn sim_checksum(args: &[&str]) -> Value {
     );
     report("ftjacobi -n 1", &out)["checksum"].clone()
 }
+
+/// Runs the kill cases of the real-backend tests: six ranks of `backend` started by
+/// `launcher()` (the launcher's command up to the program), each case ending with the
+/// simulator's checksum and exactly the killed ranks dead.
+pub fn survives_kills(backend: &str, launcher: impl Fn() -> Command) {
+    let job = [
+        "--grid",
+        "96",
+        "--iterations",
+        "80",
+        "--checkpoint-every",
+        "10",
+    ];
+    let want = sim_checksum(&job);
+    let cases: [(&[&str], &[u32]); 4] = [
+        (&["--kill", "2@25"], &[2]),
+        (&["--ranks-per-node", "2", "--kill", "2,3@25"], &[2, 3]),
+        (&["--kill", "1@15", "--kill", "4@50"], &[1, 4]),
+        (&["--kill", "1@15", "--kill", "3@0"], &[1, 3]),
+    ];
+    for (kills, dead) in cases {
+        let mut command = launcher();
+        command
+            .arg(FTJACOBI)
+            .args([
+                "--backend",
+                backend,
+                "--timeout-ms",
+                "1000",
+                "--limit-s",
+                "90",
+            ])
+            .args(job)
+            .args(kills);
+        let out = run_within(&mut command, Duration::from_secs(150));
+        let json = report(&format!("{kills:?}"), &out);
+        assert_eq!(json["checksum"], want, "{kills:?}: {json}");
+        assert_eq!(json["dead"], serde_json::json!(dead), "{kills:?}: {json}");
+        assert_eq!(json["ranks"], 6, "{json}");
+    }
+}
