@@ -32,6 +32,7 @@ fn main() {
     let mut small = [RankInfo {
         rank: 0,
         state: RankState::Ok,
+        epoch: 0,
         generation: 0,
     }; 1];
     let needed = match view.get_state(Scope::Global, failed_new, &mut small) {
@@ -47,7 +48,7 @@ fn main() {
     assert_eq!(rows.iter().map(|r| r.rank).collect::<Vec<_>>(), [5, 9]);
     assert!(rows
         .iter()
-        .all(|r| r.state == RankState::Failed && r.generation == 1));
+        .all(|r| r.state == RankState::Failed && r.epoch == 1));
 
     // The application deals with rank 5: it becomes NULL.
     let node = sim.machine_mut(0);

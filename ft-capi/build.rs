@@ -1,10 +1,10 @@
-//! Gives `libft.so` the SONAME `libft.so.0` on ELF targets, so that a program linked
-//! with `-lft` records which ABI it needs (`scripts/install-capi` installs `libft.so.0`
+//! Gives `libft.so` the SONAME `libft.so.1` on ELF targets, so that a program linked
+//! with `-lft` records which ABI it needs (`scripts/install-capi` installs `libft.so.1`
 //! and the `libft.so` link to it). The number is the version of the C ABI of
 //! `include/ft.h`: it changes with every change that breaks programs linked before.
 
 /// The C ABI version in the SONAME.
-const ABI_VERSION: u32 = 0;
+const ABI_VERSION: u32 = 1;
 
 fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();

@@ -140,18 +140,20 @@ int main(void) {
     }
 
     /* A buffer too small: FT_ERR_SIZE, the count needed in outcount, infos untouched. */
-    ft_rank_info small[1] = {{99, 99, 99}};
+    ft_rank_info small[1] = {{99, 99, 99, 99}};
     uint32_t outcount = 0;
     int rc = ft_get_state(me, FT_SCOPE_GLOBAL, FT_STATE_OK, 1, &outcount, small);
     printf("get_state(OK) into 1 entry: %s (needs %u)\n", ft_strerror(rc), outcount);
     assert(rc == FT_ERR_SIZE && outcount == RANKS - 1);
-    assert(small[0].rank == 99 && small[0].state == 99 && small[0].generation == 99);
+    assert(small[0].rank == 99 && small[0].state == 99 && small[0].epoch == 99 &&
+           small[0].generation == 99);
 
     /* The newly agreed failure, then recognized: FAILED becomes NULL. */
     ft_rank_info failed[1];
     CHECK(ft_get_state(me, FT_SCOPE_GLOBAL, FT_STATE_FAILED | FT_STATE_NEW, 1, &outcount,
                        failed));
-    assert(outcount == 1 && failed[0].rank == VICTIM && failed[0].generation == 1);
+    assert(outcount == 1 && failed[0].rank == VICTIM && failed[0].epoch == 1 &&
+           failed[0].generation == 0);
     CHECK(ft_recognize(me, VICTIM));
     assert(ft_recognize(me, 1) == FT_ERR_NOT_FAILED);
     uint32_t nulls;

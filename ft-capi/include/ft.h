@@ -159,6 +159,9 @@ typedef struct ft_rank_info {
   uint32_t state;
   // The scope's validation epoch at which the rank entered its state (0 for ranks
   // alive since the start).
+  uint32_t epoch;
+  // The rank's incarnation: 0 for the job's first process, one more for each
+  // process that took its number since (a rebuild).
   uint32_t generation;
 } ft_rank_info;
 

@@ -95,6 +95,9 @@ pub struct ft_rank_info {
     pub state: u32,
     /// The scope's validation epoch at which the rank entered its state (0 for ranks
     /// alive since the start).
+    pub epoch: u32,
+    /// The rank's incarnation: 0 for the job's first process, one more for each
+    /// process that took its number since (a rebuild).
     pub generation: u32,
 }
 
@@ -210,6 +213,7 @@ fn info_of(info: RankInfo) -> ft_rank_info {
             RankState::Failed => FT_STATE_FAILED,
             RankState::Null => FT_STATE_NULL,
         },
+        epoch: info.epoch,
         generation: info.generation,
     }
 }
@@ -527,6 +531,7 @@ pub unsafe extern "C" fn ft_get_state(
             RankInfo {
                 rank: 0,
                 state: RankState::Ok,
+                epoch: 0,
                 generation: 0,
             };
             needed

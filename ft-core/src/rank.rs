@@ -145,6 +145,9 @@ pub struct RankInfo {
     pub state: RankState,
     /// The validation epoch of the queried scope at which the rank entered `state`
     /// (0 for ranks that have been `Ok` since the start).
+    pub epoch: u32,
+    /// The rank's incarnation: 0 for the job's first process, one more for each process
+    /// that took the rank's number since (a rebuild).
     pub generation: u32,
 }
 

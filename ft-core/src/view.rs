@@ -15,11 +15,11 @@
 //!   [`FailureView::commit_global`]; queries read that snapshot, and new detector news
 //!   waits in `pending`.
 //!
-//! Each scope counts its validations (its epoch, from 0). A failed rank's `generation`
-//! in a scope is the epoch at which it entered its current state there: the epoch that
+//! Each scope counts its validations (its epoch, from 0). A failed rank's `epoch` in a
+//! scope is the epoch at which it entered its current state there: the epoch that
 //! added it to the scope's set, or for a `Null` rank the later of that and the scope's
 //! epoch when `recognize` was called. It is `New` when it entered the scope's set at the
-//! scope's current (latest) epoch. An `Ok` rank's generation is 0, except for a rank that
+//! scope's current (latest) epoch. An `Ok` rank's epoch is 0, except for a rank that
 //! a global validation dropped from `L_i` (see [`FailureView::commit_global`]): the local
 //! epoch of that validation. Recognition belongs to the rank, not to a scope: once
 //! recognized, a rank is `Null` in every scope whose set holds it.
@@ -67,6 +67,8 @@ pub struct FailureView {
     local_epoch: u32,
     global_epoch: u32,
     marks: HashMap<Rank, Marks>,
+    /// The incarnation of each rank whose number another process took (the others': 0).
+    generations: HashMap<Rank, u32>,
 }
 
 impl FailureView {
@@ -85,6 +87,7 @@ impl FailureView {
             local_epoch: 0,
             global_epoch: 0,
             marks: HashMap::new(),
+            generations: HashMap::new(),
         }
     }
 
@@ -244,29 +247,49 @@ impl FailureView {
         Ok(())
     }
 
-    /// State, modifier and generation of `rank` in `scope`.
+    /// Records that `rank` is in its `generation`-th incarnation (a rebuilt group's
+    /// replaced ranks): its rows report it.
+    pub fn set_generation(&mut self, rank: Rank, generation: u32) -> Result<(), ViewError> {
+        self.check_rank(rank)?;
+        if generation == 0 {
+            self.generations.remove(&rank);
+        } else {
+            self.generations.insert(rank, generation);
+        }
+        Ok(())
+    }
+
+    /// The incarnation of `rank` (0 unless [`FailureView::set_generation`] said more).
+    pub fn generation(&self, rank: Rank) -> u32 {
+        self.generations.get(&rank).copied().unwrap_or(0)
+    }
+
+    /// State, modifier, epoch and generation of `rank` in `scope`.
     pub fn rank_info(&self, scope: Scope, rank: Rank) -> Result<(RankInfo, Modifier), ViewError> {
         self.check_rank(rank)?;
         Ok(self.describe(scope, rank))
     }
 
     fn describe(&self, scope: Scope, rank: Rank) -> (RankInfo, Modifier) {
+        let generation = self.generation(rank);
         let ok = (
             RankInfo {
                 rank,
                 state: RankState::Ok,
-                generation: 0,
+                epoch: 0,
+                generation,
             },
             Modifier::Old,
         );
         let Some(marks) = self.marks.get(&rank) else {
             return ok;
         };
-        let ok_since = |generation| {
+        let ok_since = |epoch| {
             (
                 RankInfo {
                     rank,
                     state: RankState::Ok,
+                    epoch,
                     generation,
                 },
                 Modifier::Old,
@@ -297,12 +320,14 @@ impl FailureView {
             Some(at) => RankInfo {
                 rank,
                 state: RankState::Null,
-                generation: at.max(since),
+                epoch: at.max(since),
+                generation,
             },
             None => RankInfo {
                 rank,
                 state: RankState::Failed,
-                generation: since,
+                epoch: since,
+                generation,
             },
         };
         (info, modifier)
@@ -380,11 +405,12 @@ impl RankSet {
 mod tests {
     use super::*;
 
-    fn info(rank: Rank, state: RankState, generation: u32) -> RankInfo {
+    fn info(rank: Rank, state: RankState, epoch: u32) -> RankInfo {
         RankInfo {
             rank,
             state,
-            generation,
+            epoch,
+            generation: 0,
         }
     }
 

@@ -195,7 +195,8 @@ impl Model {
                 RankInfo {
                     rank,
                     state: entry.state,
-                    generation: entry.generation,
+                    epoch: entry.generation,
+                    generation: 0,
                 },
                 if entry.since == epoch {
                     Modifier::New
@@ -204,7 +205,7 @@ impl Model {
                 },
             ),
             None => {
-                let generation = match scope {
+                let epoch = match scope {
                     Scope::Local => self.local_ok_since.get(&rank).copied().unwrap_or(0),
                     Scope::Global => 0,
                 };
@@ -212,7 +213,8 @@ impl Model {
                     RankInfo {
                         rank,
                         state: RankState::Ok,
-                        generation,
+                        epoch,
+                        generation: 0,
                     },
                     Modifier::Old,
                 )
@@ -236,6 +238,7 @@ fn members(set: &RankSet) -> BTreeSet<Rank> {
 const SENTINEL: RankInfo = RankInfo {
     rank: u32::MAX,
     state: RankState::Null,
+    epoch: u32::MAX,
     generation: u32::MAX,
 };
 
@@ -379,13 +382,13 @@ fn a_rank_dropped_by_the_agreement_keeps_its_recognition() {
     view.commit_global(&RankSet::new(8)); // local epoch 2: 3 dropped from L_i
     let (info, modifier) = view.rank_info(Scope::Local, 3).unwrap();
     assert_eq!(
-        (info.state, info.generation, modifier),
+        (info.state, info.epoch, modifier),
         (RankState::Ok, 2, Modifier::Old)
     );
     assert_eq!(view.validate_local(), Counts { failed: 1, new: 1 }); // local epoch 3
     let (info, modifier) = view.rank_info(Scope::Local, 3).unwrap();
     assert_eq!(
-        (info.state, info.generation, modifier),
+        (info.state, info.epoch, modifier),
         (RankState::Null, 3, Modifier::New)
     );
 }

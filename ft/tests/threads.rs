@@ -36,6 +36,7 @@ fn worker(group: &SimGroup, id: usize, killed: &BTreeSet<Rank>, stop: &AtomicBoo
     let blank = RankInfo {
         rank: 0,
         state: RankState::Ok,
+        epoch: 0,
         generation: 0,
     };
     while !stop.load(Ordering::Relaxed) {
