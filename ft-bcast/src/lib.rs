@@ -42,6 +42,6 @@ pub use protocol::{
 };
 pub use refine::{refine, refine_without, Class, Classes, Partition, RefineError};
 pub use spec::{OutputSpec, ParseStrategyError, PlanSpec, SpecError, Strategy};
-pub use stack::{RankStack, StackError, StackEvent};
+pub use stack::{RankStack, StackError, StackEvent, CONTROL_TAG};
 pub use store::{StoreStats, STORE_TAG};
 pub use topology::{tree_edges, FailedRanks, NoFailures, ParseTopologyError, Topology};

@@ -69,6 +69,10 @@ use crate::protocol::{BcastError, BcastEvent, BcastStats, Broadcaster, Config, T
 use crate::spec::{PlanSpec, SpecError};
 use crate::store::{Store, STORE_TAG};
 
+/// The tag of the runtime's control messages ([`RankStack::send_control`]): one of the
+/// library's reserved tags ([`STORE_TAG`] set), which the store never uses.
+pub const CONTROL_TAG: u64 = STORE_TAG | 1 << 62;
+
 /// A store for the node's rank, knowing the ranks the node knows dead.
 fn new_store(node: &Node) -> Box<Store> {
     let config = node.detector().config();
@@ -90,6 +94,8 @@ pub enum StackEvent {
     Bcast(BcastEvent),
     /// A message for the application.
     Message(Message),
+    /// A control message of the runtime above ([`RankStack::send_control`]).
+    Control(Message),
 }
 
 /// An application command the stack refused; nothing changed.
@@ -382,9 +388,20 @@ impl RankStack {
     /// phase is spread over the new size as over the old one. The allocation hook is
     /// not carried over. `None` if this rank is not a survivor.
     pub fn shrunk(&self, comm: u32, survivors: &Survivors, now: Instant) -> Option<RankStack> {
+        let me = survivors.new_rank(self.node.detector().config().me)?;
+        Some(self.derived(comm, survivors.len(), me, now))
+    }
+
+    /// This rank's stack in another group on the same transport: communicator `comm`
+    /// of `n` ranks, this rank as `me`, started at `now` with an empty view and its own
+    /// detector ring; the detector's period, timeout and span and the broadcaster's
+    /// settings are this stack's, the heartbeat phase spread over `n`. The allocation
+    /// hook is not carried over.
+    ///
+    /// # Panics
+    /// If `me >= n`.
+    pub fn derived(&self, comm: u32, n: u32, me: Rank, now: Instant) -> RankStack {
         let old = *self.node.detector().config();
-        let me = survivors.new_rank(old.me)?;
-        let n = survivors.len();
         let detector = DetectorConfig {
             comm,
             n,
@@ -398,7 +415,27 @@ impl RankStack {
             me,
             ..self.bcast_config
         };
-        Some(RankStack::with_config(detector, bcast, now))
+        RankStack::with_config(detector, bcast, now)
+    }
+
+    /// [`Node::set_generation`]: `rank` is in its `generation`-th incarnation.
+    pub fn set_generation(&mut self, rank: Rank, generation: u32) -> Result<(), ViewError> {
+        self.node.set_generation(rank, generation)
+    }
+
+    /// Sends `bytes` to `to` as a control message of the runtime above (tag
+    /// [`CONTROL_TAG`]): it arrives as a [`StackEvent::Control`], never as an
+    /// application message. Refused for a rank known dead.
+    pub fn send_control(&mut self, to: Rank, bytes: Bytes) -> Result<(), StackError> {
+        if self.node.is_stopped() {
+            return Err(StackError::Node(NodeError::Stopped));
+        }
+        self.messenger_mut()
+            .send(to, CONTROL_TAG, bytes)
+            .map_err(StackError::Send)?;
+        // One to this rank itself is delivered at once.
+        self.take_messages();
+        Ok(())
     }
 
     /// Whether `slot` is one this stack gave for a payload ([`Protocol::place_payload`])
@@ -528,6 +565,10 @@ impl RankStack {
         while let Some(m) = messages.poll_message() {
             if m.tag & STORE_TAG == 0 {
                 self.events.push_back(StackEvent::Message(m));
+                continue;
+            }
+            if m.tag == CONTROL_TAG {
+                self.events.push_back(StackEvent::Control(m));
                 continue;
             }
             // A store message a peer got wrong changes nothing (the store's invariant).

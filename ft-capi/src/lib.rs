@@ -173,8 +173,8 @@ fn code_of(e: &RuntimeError) -> c_int {
         RuntimeError::Released { .. } => FT_ERR_RELEASED,
         RuntimeError::DeclaredDead { .. } | RuntimeError::Excluded { .. } => FT_ERR_DECLARED_DEAD,
         RuntimeError::Stopped(_) => FT_ERR_STOPPED,
-        RuntimeError::Shrink(ft::ShrinkError::Stopped) => FT_ERR_DECLARED_DEAD,
-        RuntimeError::Shrink(_) => FT_ERR_REFUSED,
+        RuntimeError::Group(ft::GroupError::Stopped) => FT_ERR_DECLARED_DEAD,
+        RuntimeError::Group(_) => FT_ERR_REFUSED,
         _ => FT_ERR_INTERNAL,
     }
 }

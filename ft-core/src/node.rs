@@ -216,6 +216,11 @@ impl Node {
         self.view.recognize(rank)
     }
 
+    /// [`FailureView::set_generation`]: `rank` is in its `generation`-th incarnation.
+    pub fn set_generation(&mut self, rank: Rank, generation: u32) -> Result<(), ViewError> {
+        self.view.set_generation(rank, generation)
+    }
+
     /// Revokes the communicator: every survivor learns it and raises
     /// [`NodeEvent::Revoked`]. Idempotent.
     pub fn revoke(&mut self, now: Instant) -> Result<(), NodeError> {

@@ -50,7 +50,7 @@ use ft_bcast::{RankStack, StackEvent};
 use ft_core::node::NodeEvent;
 use ft_core::{wire, HeldHeads, Instant, Promise, Protocol, Rank, TransmitParts};
 
-use crate::groups::{GroupEvent, GroupId, Groups, ShrinkError, StackTuning};
+use crate::groups::{GroupEvent, GroupId, Groups, StackTuning};
 use crate::runtime::Engine;
 use crate::timeline::{self, Mark};
 use crate::transport::{Bytes, Delivery, Received, Transport, Wake};
@@ -691,8 +691,8 @@ impl<T: Transport> Engine for Driver<Groups, T> {
             }
         })
     }
-    fn shrink(&mut self, group: GroupId) -> Result<Result<GroupId, ShrinkError>, T::Error> {
-        Driver::command(self, |groups, now| groups.shrink(group, now))
+    fn on_groups(&mut self, f: &mut dyn FnMut(&mut Groups, Instant)) -> Result<(), T::Error> {
+        Driver::command(self, |groups, now| f(groups, now))
     }
     fn remove(&mut self, group: GroupId) {
         self.machine.remove(group);

@@ -105,6 +105,27 @@ pub enum Event {
         /// The message (the buffer it arrived in, shared: no copy).
         bytes: Bytes,
     },
+    /// A spare took failed rank `rank`'s number in this rebuilt group
+    /// ([`Runtime::rebuild`](crate::Runtime::rebuild)): it is in its `generation`-th
+    /// incarnation. The first events of a rebuilt group's handle, one per rank replaced.
+    Replaced {
+        /// The rank.
+        rank: Rank,
+        /// Its incarnation now.
+        generation: u32,
+    },
+    /// This rank, a spare, was admitted into rebuilt group `group` as rank `rank`, in
+    /// its `generation`-th incarnation: on the handle it waited on, take the new handle
+    /// with [`Runtime::admitted`](crate::Runtime::admitted); the new handle's first
+    /// event is this one too.
+    Admitted {
+        /// The rebuilt group.
+        group: crate::GroupId,
+        /// This rank's number there.
+        rank: Rank,
+        /// Its incarnation.
+        generation: u32,
+    },
     /// The queue was full: `dropped` events were lost here, in this place in the order.
     Overflowed {
         /// How many.

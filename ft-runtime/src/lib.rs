@@ -43,7 +43,7 @@ pub use copies::Copies;
 pub use driver::{Driver, DriverError, DriverStats, IDLE_SLEEP, IDLE_SPIN};
 pub use events::{Event, DEFAULT_EVENT_CAPACITY};
 pub use ft_bcast::{Allocate, TaskId};
-pub use groups::{GroupEvent, GroupId, Groups, ShrinkError};
+pub use groups::{GroupError, GroupEvent, GroupId, Groups};
 pub use mem::{MemError, MemNet, MemTransport};
 pub use runtime::{Engine, GlobalValidation, Runtime, RuntimeError, StoreCommit, ViewSnapshot};
 pub use shared::Stopped;

@@ -42,7 +42,7 @@ pub use ft_core::{
     Counts, Landing, Modifier, Rank, RankInfo, RankSet, RankState, Scope, StateMask, ViewError,
 };
 pub use ft_runtime::{
-    Event, GlobalValidation, GroupId, Runtime, RuntimeError, ShrinkError, StoreCommit, ViewSnapshot,
+    Event, GlobalValidation, GroupError, GroupId, Runtime, RuntimeError, StoreCommit, ViewSnapshot,
 };
 
 /// The thread-safe handle of one rank, whatever the backend (a [`Runtime`]).

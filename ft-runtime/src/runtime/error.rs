@@ -5,7 +5,7 @@ use std::fmt;
 use ft_bcast::{BcastError, StackError, TaskId};
 use ft_core::{Rank, ViewError};
 
-use crate::groups::ShrinkError;
+use crate::groups::GroupError;
 use crate::shared::Stopped;
 
 /// Why a command failed.
@@ -55,7 +55,7 @@ pub enum RuntimeError {
         epoch: u32,
     },
     /// [`Runtime::shrink`](super::Runtime::shrink) refused; nothing changed.
-    Shrink(ShrinkError),
+    Group(GroupError),
     /// The progress thread has ended otherwise (shut down, a backend error), or this
     /// handle was shut down.
     Stopped(String),
@@ -95,7 +95,7 @@ impl fmt::Display for RuntimeError {
             // The fail-stop reasons read as the progress thread's own.
             RuntimeError::DeclaredDead { by } => Stopped::DeclaredDead { by: *by }.fmt(f),
             RuntimeError::Excluded { epoch } => Stopped::Excluded { epoch: *epoch }.fmt(f),
-            RuntimeError::Shrink(e) => write!(f, "cannot shrink: {e}"),
+            RuntimeError::Group(e) => write!(f, "cannot shrink: {e}"),
             RuntimeError::Stopped(why) => write!(f, "the progress thread has stopped: {why}"),
         }
     }
@@ -106,7 +106,7 @@ impl std::error::Error for RuntimeError {
         match self {
             RuntimeError::Stack(e) => Some(e),
             RuntimeError::View(e) => Some(e),
-            RuntimeError::Shrink(e) => Some(e),
+            RuntimeError::Group(e) => Some(e),
             RuntimeError::BroadcastFailed { error, .. } => Some(error),
             _ => None,
         }

@@ -70,7 +70,7 @@ use ft_core::{Counts, Instant, Modifier, Rank, RankInfo, RankSet, Scope, StateMa
 use crate::copies::Copies;
 use crate::driver::DriverStats;
 use crate::events::{Event, EventQueue, DEFAULT_EVENT_CAPACITY};
-use crate::groups::{GroupEvent, GroupId, ShrinkError};
+use crate::groups::{GroupEvent, GroupId, Groups};
 use crate::shared::{Shared, Stopped, Ticket};
 use crate::transport::{Bytes, Wake};
 
@@ -81,7 +81,7 @@ pub use error::RuntimeError;
 use progress::{progress, Command, Handle, Inspection, Outcome, SharedState};
 
 /// What the progress thread needs from a backend: the backend loop of
-/// `ft_core::machine` over one rank's [`Groups`](crate::groups::Groups) (its first
+/// `ft_core::machine` over one rank's [`Groups`] (its first
 /// group's [`RankStack`] and the groups shrunk from it).
 pub trait Engine {
     /// A backend failure (it ends the progress thread).
@@ -95,9 +95,9 @@ pub trait Engine {
         group: GroupId,
         f: &mut dyn FnMut(&mut RankStack, Instant),
     ) -> Result<(), Self::Error>;
-    /// Opens the group shrunk from `group` by its last agreed `G`
-    /// ([`crate::groups::Groups::shrink`]).
-    fn shrink(&mut self, group: GroupId) -> Result<Result<GroupId, ShrinkError>, Self::Error>;
+    /// Runs `f` on the rank's groups (to derive one: a shrink, a split, a rebuild, a
+    /// join) at the current time, then sends what it produced.
+    fn on_groups(&mut self, f: &mut dyn FnMut(&mut Groups, Instant)) -> Result<(), Self::Error>;
     /// Closes group `group` ([`crate::groups::Groups::remove`]).
     fn remove(&mut self, group: GroupId);
     /// One turn of the backend loop (receive, timers, send); whether it did anything.
@@ -393,8 +393,45 @@ impl Runtime {
     /// shut down or dropped. The new handle has its own events, and no allocation hook
     /// ([`Runtime::set_allocator`]) until it is given one.
     pub fn shrink(&self) -> Result<Runtime, RuntimeError> {
-        match self.call(Command::Shrink)? {
-            Outcome::Shrunk(opened) => Ok(Runtime {
+        self.opened(Command::Shrink)?
+            .ok_or_else(|| RuntimeError::Stopped("the shrink opened no group".into()))
+    }
+
+    /// Splits this handle's last `spares` ranks off as spares (before any failure,
+    /// collective over the group): at a working rank, a handle on the group of the
+    /// first ranks, numbered as here; at a spare, `None`. The working group keeps its
+    /// size through failures: [`Runtime::rebuild`] gives a failed rank's number to the
+    /// next spare. A spare stays on this handle, waiting for an [`Event::Admitted`]
+    /// ([`Runtime::admitted`]); keep this handle open at every rank (admissions travel
+    /// over it).
+    pub fn split_spares(&self, spares: u32) -> Result<Option<Runtime>, RuntimeError> {
+        self.opened(Command::SplitSpares(spares))
+    }
+
+    /// Rebuilds this handle's group after its last agreed `G` (after FT-MPI's
+    /// *rebuild* mode), collective over the survivors: a new handle on a group of the
+    /// same size and numbering in which each rank of `G` runs on the next spare, in its
+    /// next incarnation (`RankInfo::generation`), with an empty view and its own
+    /// detector ring, over the same transport. The spares learn it over the handle
+    /// they wait on; the new handle's first events are an [`Event::Replaced`] per rank
+    /// replaced. Every survivor calls it after the same [`Runtime::validate_global`].
+    /// A spare taken dead is a failure of the new group, replaced by the next rebuild;
+    /// with no spare left, [`GroupError::NoSpares`](crate::GroupError::NoSpares).
+    pub fn rebuild(&self) -> Result<Runtime, RuntimeError> {
+        self.opened(Command::Rebuild)?
+            .ok_or_else(|| RuntimeError::Stopped("the rebuild opened no group".into()))
+    }
+
+    /// The handle of rebuilt group `group`, which this rank (a spare) was admitted
+    /// into ([`Event::Admitted`] on this handle); `None` if it was taken already.
+    pub fn admitted(&self, group: GroupId) -> Result<Option<Runtime>, RuntimeError> {
+        self.opened(Command::TakeAdmitted(group))
+    }
+
+    /// Runs a command that opens a group, and makes its handle.
+    fn opened(&self, command: Command) -> Result<Option<Runtime>, RuntimeError> {
+        match self.call(command)? {
+            Outcome::Opened(opened) => Ok(opened.map(|opened| Runtime {
                 group: opened.group,
                 shared: opened.shared,
                 events: opened.events,
@@ -402,8 +439,8 @@ impl Runtime {
                 thread: Arc::clone(&self.thread),
                 waker: self.waker.clone(),
                 closed: AtomicBool::new(false),
-            }),
-            _ => unreachable!("shrink completes with the new handle"),
+            })),
+            _ => unreachable!("a command that opens a group completes with its handle"),
         }
     }
 

@@ -23,7 +23,7 @@ use ft_core::{Counts, Instant, Rank, RankSet};
 
 use crate::copies::Copies;
 use crate::events::{Event, EventQueue, DEFAULT_EVENT_CAPACITY};
-use crate::groups::{GroupEvent, GroupId};
+use crate::groups::{Admission, GroupEvent, GroupId, Groups, Rebuilt};
 use crate::shared::{Shared, Stopped, Ticket};
 use crate::transport::Bytes;
 
@@ -65,6 +65,12 @@ pub(super) enum Command {
     StoreDecide(u64),
     StoreRebase,
     Shrink,
+    /// Splits the group's last ranks off as spares.
+    SplitSpares(u32),
+    /// Rebuilds the group from its spares after its last agreed `G`.
+    Rebuild,
+    /// Takes the handle of the group this rank, a spare, was admitted into.
+    TakeAdmitted(GroupId),
     /// Closes this handle's group after serving its peers for `linger`; the last
     /// handle's ends the thread.
     Shutdown {
@@ -82,7 +88,9 @@ pub(super) enum Outcome {
     Inspected(Box<dyn Any + Send>),
     Copies(Copies),
     Committed(bool),
-    Shrunk(Box<Opened>),
+    /// A new handle (shrink, split, rebuild, admission); `None` at a spare or for an
+    /// admission not (or no longer) held.
+    Opened(Option<Box<Opened>>),
     /// The handle is closed; `ended`: the progress thread has ended too.
     ShutDown {
         ended: bool,
@@ -194,8 +202,12 @@ enum Flow {
     Close(StdDuration),
     /// End the thread now.
     Halt,
-    /// A group was opened: make its handle and complete the ticket with it.
-    Opened(GroupId),
+    /// A group was opened (or, `None`, not for this rank): make its handle, queue
+    /// `initial` on it, and complete the ticket with it.
+    Opened {
+        id: Option<GroupId>,
+        initial: Vec<Event>,
+    },
 }
 
 /// The progress loop over every handle of the rank (`first`, and those shrunk from
@@ -212,6 +224,8 @@ pub(super) fn progress<E: Engine>(mut engine: E, first: Handle) {
 /// The loop's turns; returns why it ended (see [`progress`]).
 fn turns<E: Engine>(engine: &mut E, handles: &mut Vec<Option<Handle>>) -> Stopped {
     let mut learned: Vec<Event> = Vec::new();
+    // Handles of groups this rank was admitted into, until the application takes them.
+    let mut admitted: HashMap<GroupId, Box<Opened>> = HashMap::new();
     loop {
         let mut idle = true;
         for group in 0..handles.len() {
@@ -222,7 +236,8 @@ fn turns<E: Engine>(engine: &mut E, handles: &mut Vec<Option<Handle>>) -> Stoppe
             idle &= commands.is_empty();
             for (ticket, command) in commands {
                 let handle = handles[group].as_mut().expect("open while it has commands");
-                let flow = match run_command(engine, group, handle, ticket, command) {
+                let flow = match run_command(engine, group, handle, ticket, command, &mut admitted)
+                {
                     Ok(flow) => flow,
                     Err(e) => return Stopped::Ended(format!("backend error: {e}")),
                 };
@@ -249,28 +264,13 @@ fn turns<E: Engine>(engine: &mut E, handles: &mut Vec<Option<Handle>>) -> Stoppe
                             Err(e) => format!("backend error while lingering: {e}"),
                         });
                     }
-                    Flow::Opened(id) => {
-                        let stack = engine.stack(id).expect("just opened");
-                        let snapshot = ViewSnapshot::of(stack, 0);
-                        let opened = Opened {
-                            group: id,
-                            shared: Arc::new(Shared::new(snapshot)),
-                            events: Arc::new(EventQueue::new(DEFAULT_EVENT_CAPACITY)),
-                        };
-                        let new = Handle::new(
-                            stack,
-                            Arc::clone(&opened.shared),
-                            Arc::clone(&opened.events),
-                        );
-                        if handles.len() <= id {
-                            handles.resize_with(id + 1, || None);
-                        }
-                        handles[id] = Some(new);
+                    Flow::Opened { id, initial } => {
+                        let opened = id.map(|id| open_handle(engine, handles, id, initial));
                         handles[group]
                             .as_ref()
                             .expect("open")
                             .shared
-                            .complete(ticket, Outcome::Shrunk(Box::new(opened)));
+                            .complete(ticket, Outcome::Opened(opened));
                     }
                 }
             }
@@ -290,18 +290,27 @@ fn turns<E: Engine>(engine: &mut E, handles: &mut Vec<Option<Handle>>) -> Stoppe
                 }
                 _ => {}
             }
+            if let StackEvent::Control(message) = event {
+                if let Some((id, opened)) = admit(engine, handles, group, &message) {
+                    admitted.insert(id, opened);
+                }
+                continue;
+            }
             let (Some(Some(handle)), Some(stack)) = (handles.get_mut(group), engine.stack(group))
             else {
                 continue;
             };
+            if changed.len() <= group {
+                changed.resize(group + 1, false);
+            }
             changed[group] |= take_event(handle, stack, event, &mut learned);
             if !learned.is_empty() {
                 handle.events.push_all(learned.drain(..));
             }
         }
         let now = WallInstant::now();
-        for group in 0..handles.len() {
-            let Some(handle) = handles[group].as_mut() else {
+        for (group, slot) in handles.iter_mut().enumerate() {
+            let Some(handle) = slot.as_mut() else {
                 continue;
             };
             let Some(stack) = engine.stack(group) else {
@@ -309,13 +318,13 @@ fn turns<E: Engine>(engine: &mut E, handles: &mut Vec<Option<Handle>>) -> Stoppe
             };
             serve_outputs(stack, handle);
             serve_flushes(stack, &handle.shared, &mut handle.waiting);
-            if changed[group] {
+            if changed.get(group).copied().unwrap_or(false) {
                 handle.publish(stack);
             }
             if let Some((deadline, ticket)) = handle.closing.filter(|(d, _)| *d <= now) {
                 let _ = deadline;
                 engine.remove(group);
-                let handle = handles[group].take().expect("open");
+                let handle = slot.take().expect("open");
                 handle
                     .shared
                     .complete(ticket, Outcome::ShutDown { ended: false });
@@ -452,6 +461,7 @@ fn run_command<E: Engine>(
     handle: &mut Handle,
     ticket: Ticket,
     command: Command,
+    admitted: &mut HashMap<GroupId, Box<Opened>>,
 ) -> Result<Flow, E::Error> {
     let Handle {
         shared, waiting, ..
@@ -606,10 +616,53 @@ fn run_command<E: Engine>(
             on_stack(engine, group, |stack, _| stack.store_rebase())?;
             Outcome::Done
         }
-        Command::Shrink => match engine.shrink(group)? {
-            Ok(id) => return Ok(Flow::Opened(id)),
-            Err(e) => Outcome::Failed(RuntimeError::Shrink(e)),
+        Command::Shrink => match derive(engine, |g, now| g.shrink(group, now))? {
+            Ok(id) => {
+                return Ok(Flow::Opened {
+                    id: Some(id),
+                    initial: Vec::new(),
+                })
+            }
+            Err(e) => Outcome::Failed(RuntimeError::Group(e)),
         },
+        Command::SplitSpares(spares) => {
+            match derive(engine, |g, now| g.split_spares(group, spares, now))? {
+                Ok(id) => {
+                    return Ok(Flow::Opened {
+                        id,
+                        initial: Vec::new(),
+                    })
+                }
+                Err(e) => Outcome::Failed(RuntimeError::Group(e)),
+            }
+        }
+        Command::Rebuild => match derive(engine, |g, now| g.rebuild(group, now))? {
+            Ok(Rebuilt {
+                group: id,
+                admission,
+                replaced,
+            }) => {
+                // Every survivor tells every spare it takes, over the group every rank
+                // started in (a dead spare's copy is dropped).
+                let bytes = Bytes::from(admission.encode());
+                for &(rank, _) in &replaced {
+                    let spare = admission.ranks[rank as usize];
+                    engine.command(0, &mut |stack, _| {
+                        let _ = stack.send_control(spare, bytes.clone());
+                    })?;
+                }
+                let initial = replaced
+                    .into_iter()
+                    .map(|(rank, generation)| Event::Replaced { rank, generation })
+                    .collect();
+                return Ok(Flow::Opened {
+                    id: Some(id),
+                    initial,
+                });
+            }
+            Err(e) => Outcome::Failed(RuntimeError::Group(e)),
+        },
+        Command::TakeAdmitted(id) => Outcome::Opened(admitted.remove(&id)),
         Command::Shutdown { linger } => return Ok(Flow::Close(linger)),
         Command::Halt => return Ok(Flow::Halt),
     };
@@ -666,4 +719,76 @@ fn serve_outputs(stack: &RankStack, handle: &mut Handle) {
         shared.complete(wait.ticket, outcome);
         false
     });
+}
+
+/// Runs `f` on the rank's groups through the engine; its result.
+fn derive<E: Engine, R>(
+    engine: &mut E,
+    mut f: impl FnMut(&mut Groups, ft_core::Instant) -> R,
+) -> Result<R, E::Error> {
+    let mut result = None;
+    engine.on_groups(&mut |groups, now| result = Some(f(groups, now)))?;
+    Ok(result.expect("the engine runs every command"))
+}
+
+/// Makes the handle of just-opened group `id`, `initial` its first events.
+fn open_handle<E: Engine>(
+    engine: &E,
+    handles: &mut Vec<Option<Handle>>,
+    id: GroupId,
+    initial: Vec<Event>,
+) -> Box<Opened> {
+    let stack = engine.stack(id).expect("just opened");
+    let opened = Opened {
+        group: id,
+        shared: Arc::new(Shared::new(ViewSnapshot::of(stack, 0))),
+        events: Arc::new(EventQueue::new(DEFAULT_EVENT_CAPACITY)),
+    };
+    if !initial.is_empty() {
+        opened.events.push_all(initial);
+    }
+    let handle = Handle::new(
+        stack,
+        Arc::clone(&opened.shared),
+        Arc::clone(&opened.events),
+    );
+    if handles.len() <= id {
+        handles.resize_with(id + 1, || None);
+    }
+    handles[id] = Some(handle);
+    Box::new(opened)
+}
+
+/// A control message that reached group `from`: an [`Admission`] into a rebuilt group
+/// joins it (once: every survivor sends it), and tells `from`'s handle with an
+/// [`Event::Admitted`]; the new handle, to be taken. Anything else a peer sent there is
+/// dropped.
+fn admit<E: Engine>(
+    engine: &mut E,
+    handles: &mut Vec<Option<Handle>>,
+    from: GroupId,
+    message: &Message,
+) -> Option<(GroupId, Box<Opened>)> {
+    let size = engine.stack(0).map_or(0, |s| s.node().view().size());
+    let admission = Admission::decode(&message.bytes, size).ok()?;
+    let id = derive(engine, |g, now| g.join(from, &admission, now))
+        .ok()?
+        .ok()??;
+    let stack = engine.stack(id)?;
+    let (rank, generation) = (stack.node().view().rank(), 0);
+    let generation = admission
+        .generations
+        .get(rank as usize)
+        .copied()
+        .unwrap_or(generation);
+    let event = Event::Admitted {
+        group: id,
+        rank,
+        generation,
+    };
+    let opened = open_handle(engine, handles, id, vec![event.clone()]);
+    if let Some(Some(handle)) = handles.get(from) {
+        handle.events.push_all(std::iter::once(event));
+    }
+    Some((id, opened))
 }

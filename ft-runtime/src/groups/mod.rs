@@ -1,22 +1,23 @@
 //! [`Groups`]: the groups of one process that share one transport, driven as one
-//! machine: the group the process started in and the groups shrunk from it
-//! ([`Groups::shrink`]), each a [`RankStack`] of its own (its communicator id, its
-//! numbering, its failure view, its detector ring), all over the connections the
-//! transport already has.
+//! machine: the group the process started in and the groups derived from it, each a
+//! [`RankStack`] of its own (its communicator id, its numbering, its failure view, its
+//! detector ring), all over the connections the transport already has. A group is
+//! derived by a shrink ([`Groups::shrink`]: the survivors of an agreed `G`, renumbered),
+//! a split ([`Groups::split_spares`]: the first ranks, the last ones kept as spares) or
+//! a rebuild ([`Groups::rebuild`]: the same size and numbering, each rank of `G` taken
+//! by the next spare, which [`Groups::join`]s from the [`Admission`] the survivors send).
 //!
 //! Frames are told apart by the communicator id of their header ([`ft_core::wire`],
 //! offset 2), and ranks are translated between a group's numbering and the
-//! transport's: a group's rank map lists, for each of its ranks, the transport rank
-//! it runs on.
+//! transport's through its [`RankMap`].
 //!
 //! Invariants:
-//! - a rank map is strictly increasing (a shrunk group keeps its survivors' order), so
-//!   the transport rank of a group rank is an index and the way back a binary search;
+//! - a rank map names each transport rank at most once;
 //! - a frame reaches the stack of its communicator, its sender renumbered; a frame
 //!   from a transport rank outside that group is rejected;
 //! - a frame of a communicator this process has not created yet (a faster peer has
-//!   shrunk already: its heartbeats and its first validation's frames come early) is
-//!   kept, at most [`EARLY_FRAMES`] frames and [`EARLY_BYTES`] bytes, and handed to
+//!   derived it already: its heartbeats and its first validation's frames come early)
+//!   is kept, at most [`EARLY_FRAMES`] frames and [`EARLY_BYTES`] bytes, and handed to
 //!   that group when it is created, in arrival order; past either limit, and for a
 //!   communicator that was removed here, the frame is rejected;
 //! - the ids of payload promises ([`Promise`]) are tagged with the group's index in
@@ -26,12 +27,18 @@
 //!   that died ([`GroupEvent::dead`], which the driver tells the transport) once every
 //!   open group that has that rank knows it dead: a peer that closed one group (its
 //!   detector falls silent there) still talks in the others;
-//! - the groups' frames take turns at the transport, each group's in its own order.
+//! - the groups' frames take turns at the transport, each group's in its own order;
+//! - a rebuilt group keeps its parent's size and numbering; a rank's incarnation
+//!   (`RankInfo::generation`) grows by one each time a spare takes its number; the
+//!   spares are taken in the order of the split, the one for the lowest rank of `G`
+//!   first, so every survivor of the same `G` builds the same group. Frames of a
+//!   replaced incarnation cannot reach the rebuilt group: it has its own
+//!   communicator id.
 //!
-//! A shrunk group's communicator id is derived from its parent's id, the epoch of the
-//! agreed `G` it leaves out and how many groups were shrunk from that parent at that
-//! epoch before, so the survivors name it alike without a message, and ranks that
-//! shrank at different epochs never mix their frames.
+//! A derived group's communicator id is derived from its parent's id, the epoch of the
+//! agreed `G` it was derived after and how many groups were derived from that parent
+//! at that epoch before, so the members name it alike without a message, and ranks
+//! that derived after different validations never mix their frames.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -46,6 +53,12 @@ use ft_core::{
 };
 
 use crate::transport::Bytes;
+
+pub mod admission;
+pub mod map;
+
+pub use admission::Admission;
+pub use map::RankMap;
 
 /// Names one group of a [`Groups`]: its index, in creation order (the first is 0).
 pub type GroupId = usize;
@@ -74,36 +87,72 @@ pub struct GroupEvent {
     pub dead: Option<Rank>,
 }
 
-/// Why [`Groups::shrink`] refused; nothing changed.
+/// Why a group could not be derived ([`Groups::shrink`], [`Groups::split_spares`],
+/// [`Groups::rebuild`], [`Groups::join`]); nothing changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ShrinkError {
+pub enum GroupError {
     /// The group does not exist (any more) here.
     UnknownGroup(GroupId),
-    /// This rank was declared dead or excluded: it has no place in a shrunk group.
+    /// This rank was declared dead or excluded: it has no place in a derived group.
     Stopped,
     /// [`MAX_GROUPS`] groups were created already.
     TooManyGroups,
     /// The derived communicator id is taken by another group of this process.
     CommunicatorInUse(u32),
+    /// As many spares as ranks, or more: no rank would work.
+    TooManySpares {
+        /// The spares asked for.
+        spares: u32,
+        /// The group's ranks.
+        ranks: u32,
+    },
+    /// `G` holds more ranks than there are spares left to rebuild them from.
+    NoSpares {
+        /// The ranks to replace.
+        needed: u32,
+        /// The spares left.
+        left: u32,
+    },
+    /// An admission that does not name this process.
+    NotAMember,
 }
 
-impl fmt::Display for ShrinkError {
+impl fmt::Display for GroupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ShrinkError::UnknownGroup(g) => write!(f, "group {g} is not open here"),
-            ShrinkError::Stopped => write!(f, "this rank was declared dead (fail-stop)"),
-            ShrinkError::TooManyGroups => {
+            GroupError::UnknownGroup(g) => write!(f, "group {g} is not open here"),
+            GroupError::Stopped => write!(f, "this rank was declared dead (fail-stop)"),
+            GroupError::TooManyGroups => {
                 write!(f, "this process created {MAX_GROUPS} groups already")
             }
-            ShrinkError::CommunicatorInUse(comm) => {
+            GroupError::CommunicatorInUse(comm) => {
                 write!(f, "communicator id {comm} is taken by another group here")
             }
+            GroupError::TooManySpares { spares, ranks } => {
+                write!(f, "{spares} spares of {ranks} ranks leave none to work")
+            }
+            GroupError::NoSpares { needed, left } => write!(
+                f,
+                "{needed} ranks failed but {left} spares are left to rebuild them from"
+            ),
+            GroupError::NotAMember => write!(f, "the admission does not name this process"),
         }
     }
 }
 
-impl std::error::Error for ShrinkError {}
+impl std::error::Error for GroupError {}
+
+/// A group [`Groups::rebuild`] opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// The new group.
+    pub group: GroupId,
+    /// What to send each spare it takes.
+    pub admission: Admission,
+    /// Each rank replaced, with its new incarnation.
+    pub replaced: Vec<(Rank, u32)>,
+}
 
 /// How the transport wants the stacks' broadcast frames: set on every group's stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,30 +180,60 @@ impl StackTuning {
 #[derive(Debug)]
 struct Group {
     stack: RankStack,
-    /// The transport rank of each group rank, strictly increasing; `None` for the
-    /// identity (the base group).
-    ranks: Option<Vec<Rank>>,
-    /// Groups shrunk from this one so far: (epoch, count).
-    shrinks: Vec<(u32, u32)>,
+    map: RankMap,
+    /// Groups derived from this one so far (shrunk, split, rebuilt): (epoch, count).
+    derived: Vec<(u32, u32)>,
+    /// The spares (transport ranks) a rebuild of this group takes, in order.
+    spares: Vec<Rank>,
+    /// Each rank's incarnation (empty: all 0).
+    generations: Vec<u32>,
 }
 
 impl Group {
+    fn new(stack: RankStack, map: RankMap) -> Self {
+        Group {
+            stack,
+            map,
+            derived: Vec::new(),
+            spares: Vec::new(),
+            generations: Vec::new(),
+        }
+    }
+
     fn comm(&self) -> u32 {
         self.stack.node().detector().config().comm
     }
 
+    fn size(&self) -> u32 {
+        self.stack.node().view().size()
+    }
+
     fn on_transport(&self, rank: Rank) -> Rank {
-        match &self.ranks {
-            None => rank,
-            Some(ranks) => ranks[rank as usize],
-        }
+        self.map.on_transport(rank)
     }
 
     fn rank_of(&self, rank: Rank) -> Option<Rank> {
-        match &self.ranks {
-            None => Some(rank),
-            Some(ranks) => ranks.binary_search(&rank).ok().map(|i| i as Rank),
-        }
+        self.map.rank_of(rank)
+    }
+
+    fn generation(&self, rank: Rank) -> u32 {
+        self.generations.get(rank as usize).copied().unwrap_or(0)
+    }
+
+    /// The communicator id of the next group derived from this one after global
+    /// validation `epoch`, counted.
+    fn next_comm(&mut self, epoch: u32) -> u32 {
+        let seq = match self.derived.iter_mut().find(|(e, _)| *e == epoch) {
+            Some((_, count)) => {
+                *count += 1;
+                *count - 1
+            }
+            None => {
+                self.derived.push((epoch, 1));
+                0
+            }
+        };
+        shrunk_comm(self.comm(), epoch, seq)
     }
 }
 
@@ -204,11 +283,7 @@ impl Groups {
     pub fn new(mut stack: RankStack, tuning: StackTuning) -> Self {
         tuning.apply(&mut stack);
         Groups {
-            groups: vec![Some(Group {
-                stack,
-                ranks: None,
-                shrinks: Vec::new(),
-            })],
+            groups: vec![Some(Group::new(stack, RankMap::Identity))],
             retired: Vec::new(),
             early: VecDeque::new(),
             early_bytes: 0,
@@ -266,51 +341,184 @@ impl Groups {
     /// `now`; the frames that came early for it are handed to it. Every survivor must
     /// make the same shrinks of `parent` after the same global validation: the new
     /// group's communicator id is derived from both (see the [module docs](self)).
-    pub fn shrink(&mut self, parent: GroupId, now: Instant) -> Result<GroupId, ShrinkError> {
-        if self.groups.len() >= MAX_GROUPS {
-            return Err(ShrinkError::TooManyGroups);
-        }
-        let group = self
-            .group(parent)
-            .ok_or(ShrinkError::UnknownGroup(parent))?;
-        if group.stack.is_stopped() {
-            return Err(ShrinkError::Stopped);
-        }
+    pub fn shrink(&mut self, parent: GroupId, now: Instant) -> Result<GroupId, GroupError> {
+        let group = self.derivable(parent)?;
         let view = group.stack.node().view();
         let epoch = view.epoch(Scope::Global);
         let survivors = Survivors::new(view.global());
-        let seq = group
-            .shrinks
-            .iter()
-            .find(|(e, _)| *e == epoch)
-            .map_or(0, |(_, count)| *count);
-        let comm = shrunk_comm(group.comm(), epoch, seq);
-        let taken = self.retired.contains(&comm) || self.live_comm(comm).is_some();
-        if taken {
-            return Err(ShrinkError::CommunicatorInUse(comm));
-        }
-        let mut stack = group
-            .stack
-            .shrunk(comm, &survivors, now)
-            .ok_or(ShrinkError::Stopped)?;
-        self.tuning.apply(&mut stack);
+        let me = survivors.new_rank(view.rank()).ok_or(GroupError::Stopped)?;
         let ranks = survivors
             .iter()
             .map(|old| group.on_transport(old))
             .collect();
-        let parent_group = self.groups[parent].as_mut().expect("checked above");
-        match parent_group.shrinks.iter_mut().find(|(e, _)| *e == epoch) {
-            Some((_, count)) => *count += 1,
-            None => parent_group.shrinks.push((epoch, 1)),
+        let comm = self.next_comm(parent, epoch)?;
+        let stack = self.groups[parent]
+            .as_ref()
+            .expect("checked")
+            .stack
+            .derived(comm, survivors.len(), me, now);
+        let map = RankMap::of(ranks).expect("survivors run on distinct ranks");
+        Ok(self.open_group(Group::new(stack, map), now))
+    }
+
+    /// Splits the last `spares` ranks of group `parent` off as spares: the group of
+    /// its first ones (their numbers kept), whose rebuilds take the spares in order
+    /// ([`Groups::rebuild`]); `None` at a spare, which stays in `parent` and waits for an
+    /// [`Admission`]. Every rank of `parent` makes the same splits after the same
+    /// global validation (before any, at the start).
+    pub fn split_spares(
+        &mut self,
+        parent: GroupId,
+        spares: u32,
+        now: Instant,
+    ) -> Result<Option<GroupId>, GroupError> {
+        let group = self.derivable(parent)?;
+        let n = group.size();
+        if spares >= n {
+            return Err(GroupError::TooManySpares { spares, ranks: n });
         }
+        let view = group.stack.node().view();
+        let (me, epoch, working) = (view.rank(), view.epoch(Scope::Global), n - spares);
+        let ranks: Vec<Rank> = (0..working).map(|r| group.on_transport(r)).collect();
+        let spare_ranks: Vec<Rank> = (working..n).map(|r| group.on_transport(r)).collect();
+        let comm = self.next_comm(parent, epoch)?;
+        if me >= working {
+            return Ok(None);
+        }
+        let stack = self.groups[parent]
+            .as_ref()
+            .expect("checked")
+            .stack
+            .derived(comm, working, me, now);
+        let mut team = Group::new(stack, RankMap::of(ranks).expect("distinct ranks"));
+        team.spares = spare_ranks;
+        Ok(Some(self.open_group(team, now)))
+    }
+
+    /// Rebuilds group `parent` after its last agreed `G`: the same size and numbering,
+    /// each rank of `G` taken by the next spare (the one that failed first in rank
+    /// order takes the first), one incarnation more; the survivors keep their numbers.
+    /// Returns the new group, the [`Admission`] to send each spare it takes, and its
+    /// ranks of `G` with their new generations. A dead spare is taken like a live
+    /// one: it is then a failure of the rebuilt group, which a later rebuild replaces.
+    pub fn rebuild(&mut self, parent: GroupId, now: Instant) -> Result<Rebuilt, GroupError> {
+        let group = self.derivable(parent)?;
+        let view = group.stack.node().view();
+        let (epoch, me, n) = (view.epoch(Scope::Global), view.rank(), group.size());
+        let failed: Vec<Rank> = view.global().iter().collect();
+        if failed.len() > group.spares.len() {
+            return Err(GroupError::NoSpares {
+                needed: failed.len() as u32,
+                left: group.spares.len() as u32,
+            });
+        }
+        let mut ranks = group.map.transport_ranks(n);
+        let mut generations: Vec<u32> = (0..n).map(|r| group.generation(r)).collect();
+        let mut replaced = Vec::with_capacity(failed.len());
+        for (&rank, &spare) in failed.iter().zip(&group.spares) {
+            ranks[rank as usize] = spare;
+            generations[rank as usize] += 1;
+            replaced.push((rank, generations[rank as usize]));
+        }
+        let spares = group.spares[failed.len()..].to_vec();
+        let comm = self.next_comm(parent, epoch)?;
+        let admission = Admission {
+            comm,
+            ranks: ranks.clone(),
+            generations: generations.clone(),
+            spares,
+        };
+        let stack = self.groups[parent]
+            .as_ref()
+            .expect("checked")
+            .stack
+            .derived(comm, n, me, now);
+        let group = self.open_member(stack, &admission, now)?;
+        Ok(Rebuilt {
+            group,
+            admission,
+            replaced,
+        })
+    }
+
+    /// Joins the rebuilt group `admission` describes, as the rank this process's
+    /// transport rank takes there, started at `now`: its stack derived from group
+    /// `from`'s (the group the admission came in). `None` if this process has that
+    /// group already (every survivor sends the admission).
+    pub fn join(
+        &mut self,
+        from: GroupId,
+        admission: &Admission,
+        now: Instant,
+    ) -> Result<Option<GroupId>, GroupError> {
+        if self.live_comm(admission.comm).is_some() || self.retired.contains(&admission.comm) {
+            return Ok(None);
+        }
+        let group = self.derivable(from)?;
+        let me_here = group.stack.node().view().rank();
+        let transport_me = group.on_transport(me_here);
+        let n = admission.ranks.len() as u32;
+        let me = admission
+            .ranks
+            .iter()
+            .position(|&t| t == transport_me)
+            .ok_or(GroupError::NotAMember)? as Rank;
+        let stack = group.stack.derived(admission.comm, n, me, now);
+        self.open_member(stack, admission, now).map(Some)
+    }
+
+    /// Opens the group of `admission` with `stack` as this rank's.
+    fn open_member(
+        &mut self,
+        mut stack: RankStack,
+        admission: &Admission,
+        now: Instant,
+    ) -> Result<GroupId, GroupError> {
+        let map = RankMap::of(admission.ranks.clone()).ok_or(GroupError::NotAMember)?;
+        for (rank, &generation) in admission.generations.iter().enumerate() {
+            if generation > 0 {
+                let _ = stack.set_generation(rank as Rank, generation);
+            }
+        }
+        let mut group = Group::new(stack, map);
+        group.spares = admission.spares.clone();
+        group.generations = admission.generations.clone();
+        Ok(self.open_group(group, now))
+    }
+
+    /// Group `parent`, if a group may be derived from it.
+    fn derivable(&self, parent: GroupId) -> Result<&Group, GroupError> {
+        if self.groups.len() >= MAX_GROUPS {
+            return Err(GroupError::TooManyGroups);
+        }
+        let group = self.group(parent).ok_or(GroupError::UnknownGroup(parent))?;
+        if group.stack.is_stopped() {
+            return Err(GroupError::Stopped);
+        }
+        Ok(group)
+    }
+
+    /// The communicator id of the next group derived from `parent` after validation
+    /// `epoch`, checked free.
+    fn next_comm(&mut self, parent: GroupId, epoch: u32) -> Result<u32, GroupError> {
+        let comm = self.groups[parent]
+            .as_mut()
+            .ok_or(GroupError::UnknownGroup(parent))?
+            .next_comm(epoch);
+        if self.retired.contains(&comm) || self.live_comm(comm).is_some() {
+            return Err(GroupError::CommunicatorInUse(comm));
+        }
+        Ok(comm)
+    }
+
+    /// Adds `group` (tuned), hands it the frames that came early for it.
+    fn open_group(&mut self, mut group: Group, now: Instant) -> GroupId {
+        self.tuning.apply(&mut group.stack);
+        let comm = group.comm();
         let id = self.groups.len();
-        self.groups.push(Some(Group {
-            stack,
-            ranks: Some(ranks),
-            shrinks: Vec::new(),
-        }));
+        self.groups.push(Some(group));
         self.hand_early_frames(id, comm, now);
-        Ok(id)
+        id
     }
 
     /// Closes group `id`: its stack is dropped, and later frames of its communicator
@@ -551,278 +759,4 @@ impl Protocol for Groups {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use ft_core::detector::DetectorConfig;
-    use ft_core::wire::{FrameKind, Header};
-    use ft_core::{Duration, RankSet};
-
-    const TUNING: StackTuning = StackTuning {
-        chunk_bytes: ft_core::wire::MAX_CHUNK,
-        leaf_chunk_bytes: None,
-        early_heads: false,
-    };
-
-    fn stack(n: u32, me: Rank) -> RankStack {
-        let config = DetectorConfig {
-            comm: 5,
-            n,
-            me,
-            period: Duration::from_millis(10),
-            timeout: Duration::from_millis(40),
-            phase: Duration::from_millis(u64::from(me)),
-            span: ft_core::detector::DEFAULT_SPAN,
-        };
-        RankStack::new(config, Instant::ZERO)
-    }
-
-    /// Ranks of [`Groups`] on a network where every frame takes 1 ms; a dead rank
-    /// neither sends nor receives.
-    struct Net {
-        now: Instant,
-        ranks: Vec<Groups>,
-        alive: Vec<bool>,
-        in_flight: Vec<(Instant, Rank, Rank, Vec<u8>)>,
-        events: Vec<Vec<GroupEvent>>,
-    }
-
-    impl Net {
-        fn new(n: u32) -> Self {
-            Net {
-                now: Instant::ZERO,
-                ranks: (0..n).map(|me| Groups::new(stack(n, me), TUNING)).collect(),
-                alive: vec![true; n as usize],
-                in_flight: Vec::new(),
-                events: vec![Vec::new(); n as usize],
-            }
-        }
-
-        /// Sends what every live rank has queued, then collects its events.
-        fn flush(&mut self) {
-            let mut buf = vec![0u8; ft_core::wire::frame_capacity(64)];
-            for (me, groups) in self.ranks.iter_mut().enumerate() {
-                while let Some(t) = groups.poll_transmit(self.now, &mut buf).unwrap() {
-                    if self.alive[me] {
-                        let at = Instant::from_nanos(self.now.as_nanos() + 1_000_000);
-                        let frame = buf[..t.len].to_vec();
-                        self.in_flight.push((at, me as Rank, t.to, frame));
-                    }
-                }
-                while let Some(event) = groups.poll_event() {
-                    self.events[me].push(event);
-                }
-            }
-        }
-
-        /// Runs the network for `ms` milliseconds.
-        fn run(&mut self, ms: u64) {
-            for _ in 0..ms {
-                self.now = Instant::from_nanos(self.now.as_nanos() + 1_000_000);
-                let now = self.now;
-                let (due, later) = self.in_flight.drain(..).partition(|f| f.0 <= now);
-                self.in_flight = later;
-                for (_, from, to, frame) in due {
-                    if self.alive[to as usize] {
-                        let _ = self.ranks[to as usize].handle_message(now, from, &frame);
-                    }
-                }
-                for (me, groups) in self.ranks.iter_mut().enumerate() {
-                    if self.alive[me] && groups.poll_timeout().is_some_and(|t| t <= now) {
-                        groups.handle_timeout(now);
-                    }
-                }
-                self.flush();
-            }
-        }
-
-        /// `G` of group `id` at rank `me`, once a validation of that group finished.
-        fn validated(&self, me: usize, id: GroupId) -> Option<RankSet> {
-            self.events[me].iter().rev().find_map(|e| match e.event {
-                StackEvent::Node(NodeEvent::GlobalValidated { .. }) if e.group == id => {
-                    Some(self.ranks[me].stack(id)?.node().view().global().clone())
-                }
-                _ => None,
-            })
-        }
-    }
-
-    #[test]
-    fn shrunk_communicator_ids_are_alike_at_every_survivor_and_differ_per_shrink() {
-        assert_eq!(shrunk_comm(5, 1, 0), shrunk_comm(5, 1, 0));
-        let ids = [
-            shrunk_comm(5, 1, 0),
-            shrunk_comm(5, 2, 0),
-            shrunk_comm(5, 1, 1),
-            shrunk_comm(6, 1, 0),
-        ];
-        for (i, a) in ids.iter().enumerate() {
-            assert!(ids[i + 1..].iter().all(|b| a != b), "{ids:?}");
-        }
-    }
-
-    #[test]
-    fn survivors_shrink_over_the_same_network_and_agree_in_the_new_group() {
-        let mut net = Net::new(4);
-        net.run(30);
-        net.alive[2] = false;
-        net.run(200);
-        for me in [0, 1, 3] {
-            net.ranks[me]
-                .stack_mut(0)
-                .unwrap()
-                .validate_global(net.now)
-                .unwrap();
-        }
-        net.flush();
-        net.run(100);
-        for me in [0, 1, 3] {
-            assert_eq!(net.validated(me, 0), Some(RankSet::from_ranks(4, [2])));
-        }
-        // Rank 0 shrinks first and starts validating at once: its frames of the new
-        // group reach ranks 1 and 3 before they shrink, and are kept for it.
-        let now = net.now;
-        let id = net.ranks[0].shrink(0, now).unwrap();
-        assert_eq!(id, 1);
-        net.ranks[0]
-            .stack_mut(id)
-            .unwrap()
-            .validate_global(now)
-            .unwrap();
-        net.flush();
-        net.run(20);
-        assert!(
-            net.ranks[1].early_frames() > 0,
-            "kept for the group to come"
-        );
-        for me in [1, 3] {
-            let now = net.now;
-            assert_eq!(net.ranks[me].shrink(0, now), Ok(1));
-            assert_eq!(net.ranks[me].early_frames(), 0, "handed over");
-            net.ranks[me]
-                .stack_mut(1)
-                .unwrap()
-                .validate_global(now)
-                .unwrap();
-        }
-        net.flush();
-        net.run(100);
-        for (me, new) in [(0, 0), (1, 1), (3, 2)] {
-            let stack = net.ranks[me].stack(1).unwrap();
-            assert_eq!(stack.node().view().rank(), new);
-            assert_eq!(stack.node().view().size(), 3);
-            assert_eq!(
-                net.validated(me, 1),
-                Some(RankSet::new(3)),
-                "nobody failed since"
-            );
-            assert_eq!(net.ranks[me].transport_rank(1, 2), Some(3));
-        }
-        // Transport rank 2 is not in the new group: its frames are refused.
-        let comm = net.ranks[0]
-            .stack(1)
-            .unwrap()
-            .node()
-            .detector()
-            .config()
-            .comm;
-        let heartbeat = Header {
-            kind: FrameKind::Heartbeat,
-            comm,
-            epoch: 0,
-            sender: 2,
-        }
-        .start()
-        .finish();
-        assert!(matches!(
-            net.ranks[0].handle_message(net.now, 2, &heartbeat),
-            Err(FrameError::RankOutOfRange { rank: 2, n: 3 })
-        ));
-        // A closed group's frames are refused, not kept.
-        net.ranks[0].remove(1);
-        assert!(net.ranks[0].stack(1).is_none());
-        assert!(matches!(
-            net.ranks[0].handle_message(net.now, 1, &heartbeat),
-            Err(FrameError::WrongCommunicator { .. })
-        ));
-        assert_eq!(net.ranks[0].early_frames(), 0);
-    }
-
-    #[test]
-    fn a_peer_that_closed_one_group_is_not_dead_for_the_transport() {
-        let mut net = Net::new(3);
-        net.run(30);
-        for me in 0..3 {
-            let now = net.now;
-            assert_eq!(net.ranks[me].shrink(0, now), Ok(1));
-        }
-        net.run(30);
-        // Rank 2 closes the shrunk group: its detector there falls silent.
-        net.ranks[2].remove(1);
-        net.run(300);
-        let declared: Vec<&GroupEvent> = net.events[0]
-            .iter()
-            .filter(|e| matches!(e.event, StackEvent::Node(NodeEvent::Suspected { rank: 2 })))
-            .collect();
-        assert_eq!(declared.len(), 1, "declared in the group it closed");
-        assert_eq!(
-            (declared[0].group, declared[0].dead),
-            (1, None),
-            "alive in group 0"
-        );
-        // It dies for real: group 0 declares it too, and now the transport forgets it.
-        net.alive[2] = false;
-        net.run(300);
-        let dead: Vec<Option<Rank>> = net.events[0]
-            .iter()
-            .filter(|e| {
-                e.group == 0 && matches!(e.event, StackEvent::Node(NodeEvent::Suspected { .. }))
-            })
-            .map(|e| e.dead)
-            .collect();
-        assert_eq!(dead, [Some(2)]);
-    }
-
-    #[test]
-    fn frames_of_unknown_communicators_are_kept_up_to_the_limit() {
-        let mut groups = Groups::new(stack(2, 0), TUNING);
-        let frame = Header {
-            kind: FrameKind::Heartbeat,
-            comm: 99,
-            epoch: 0,
-            sender: 1,
-        }
-        .start()
-        .finish();
-        for _ in 0..EARLY_FRAMES {
-            assert_eq!(groups.handle_message(Instant::ZERO, 1, &frame), Ok(()));
-        }
-        assert!(matches!(
-            groups.handle_message(Instant::ZERO, 1, &frame),
-            Err(FrameError::WrongCommunicator {
-                expected: 5,
-                got: 99
-            })
-        ));
-        assert_eq!(groups.early_frames(), EARLY_FRAMES);
-        assert_eq!(
-            groups.handle_message(Instant::ZERO, 1, &[1, 1]),
-            Err(FrameError::Truncated)
-        );
-    }
-
-    #[test]
-    fn promise_ids_carry_their_group() {
-        let tagged = tag_promise(Promise::Head { id: 5, len: 9 }, 3);
-        assert_eq!(
-            tagged,
-            Promise::Head {
-                id: 3 << 56 | 5,
-                len: 9
-            }
-        );
-        assert_eq!(
-            tag_promise(Promise::Withdrawn { id: 5 }, 0),
-            Promise::Withdrawn { id: 5 }
-        );
-    }
-}
+mod tests;
