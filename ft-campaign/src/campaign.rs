@@ -81,6 +81,18 @@ impl Summary {
             .count()
     }
 
+    /// Stall runs: how many short, how many long.
+    pub fn stall_runs(&self) -> (usize, usize) {
+        let stalls = self.results.iter().filter_map(|r| r.job.stall());
+        stalls.fold((0, 0), |(short, long), s| {
+            if s.long {
+                (short, long + 1)
+            } else {
+                (short + 1, long)
+            }
+        })
+    }
+
     /// Whether every run passed.
     pub fn passed(&self) -> bool {
         self.count(Class::Ok) == self.results.len()
@@ -153,7 +165,7 @@ impl Campaign {
         std::fs::create_dir_all(&dir)?;
         let dir = std::fs::canonicalize(&dir)?;
         let job = match self.app {
-            App::Jobs => generate(self.seed, run, &self.gen),
+            App::Jobs => generate(self.seed, run, &self.gen, &self.timing),
             App::Taskgraph => {
                 generate_taskgraph(self.seed, run, &self.gen, |w, n| self.owned(&dir, w, n))
                     .map_err(std::io::Error::other)?
@@ -296,6 +308,7 @@ impl Campaign {
                 })
             })
             .collect();
+        let (short_stalls, long_stalls) = summary.stall_runs();
         let walls: Vec<f64> = summary
             .results
             .iter()
@@ -312,6 +325,7 @@ impl Campaign {
             "lost_outputs": summary.count(Class::LostOutputs),
             "other_failures": summary.count(Class::Other),
             "progress_stalls": summary.count(Class::Stall),
+            "stall_runs": {"short": short_stalls, "long": long_stalls},
             "wall_s": round3(summary.wall.as_secs_f64()),
             "longest_run_s": round3(walls.iter().copied().fold(0.0, f64::max)),
             "settings": {
@@ -330,7 +344,7 @@ impl Campaign {
     /// The summary as readable text.
     pub fn summary_text(&self, summary: &Summary) -> String {
         let mut text = format!(
-            "ftcampaign {}{} seed {}: {} runs, {} ok, {} hangs, {} disagreements, \
+            "ftcampaign {}{} seed {}: {} runs{}, {} ok, {} hangs, {} disagreements, \
              {} lost outputs, {} other failures{}, wall time {:.1} s",
             match self.app {
                 App::Jobs => String::new(),
@@ -339,6 +353,12 @@ impl Campaign {
             self.backend,
             self.seed,
             summary.results.len(),
+            match (self.app, summary.stall_runs()) {
+                (App::Jobs, (short, long)) => {
+                    format!(" ({} stall runs: {short} short, {long} long)", short + long)
+                }
+                (App::Taskgraph, _) => String::new(),
+            },
             summary.count(Class::Ok),
             summary.count(Class::Hang),
             summary.count(Class::Disagreement),

@@ -10,7 +10,15 @@
 //!   the first global validation (validate jobs), or the rank's activation (broadcast
 //!   jobs; every listed rank is then a destination);
 //! - the list holds 1–3 random ranks, or (one job in three, when allowed) a block of
-//!   adjacent ranks (it may wrap around from `n−1` to `0`), like a node going down.
+//!   adjacent ranks (it may wrap around from `n−1` to `0`), like a node going down;
+//! - or, in one validate job in four, a stall instead of the kill (`--stall`; the
+//!   threaded validate job has none, so a stall run is never threaded): one rank, or
+//!   (one time in two) a block of adjacent ranks, stops its process after the first
+//!   validation for a short time (within [`Timing::short_stalls`], well below `timeout −
+//!   2 · period`: nobody may be declared) or a long one (within [`Timing::long_stalls`],
+//!   well past the detector's start-up grace, `STARTUP_GRACE_TIMEOUTS · timeout + 2 ·
+//!   period`, and so past `timeout + 2 · period`: every stalled rank must be), one time
+//!   in two each.
 //!
 //! A task-graph run (`--app taskgraph`, [`generate_taskgraph`]) is an `fttask` job: a
 //! small Cholesky (4–8 tiles of 16–64 doubles) or a random DAG (20–80 tasks of at most
@@ -22,13 +30,16 @@
 //! recovery. A block is at most half the ranks; the flags never name every rank.
 //!
 //! Never killed: the broadcast root (it holds the data; the job cannot finish without
-//! it) and never more than half the ranks (at least one rank survives, and a detector
-//! is not asked to survive the loss of a majority at once). Rank 0 has no special duty
+//! it) and never more than half the ranks, nor more than `max_kills` (at least one
+//! rank survives, and a detector is not asked to survive the loss of a majority at
+//! once); the same bounds hold for the stalled ranks. Rank 0 has no special duty
 //! in either job, so it may die (in a validate job it is the agreement's first
 //! coordinator, which is worth killing).
 
 use std::fmt;
+use std::ops::RangeInclusive;
 
+use ft_core::detector::STARTUP_GRACE_TIMEOUTS;
 use ft_core::{Rank, SplitMix};
 use serde_json::json;
 
@@ -39,7 +50,7 @@ pub struct GenConfig {
     pub ranks_min: u32,
     /// The largest job (jobs have `ranks_min` to `ranks_max` ranks).
     pub ranks_max: u32,
-    /// The most ranks one job kills (at most half of its ranks at once in any case).
+    /// The most ranks one job kills or stalls (at most half of its ranks in any case).
     pub max_kills: u32,
 }
 
@@ -334,12 +345,34 @@ pub struct Job {
     pub kind: JobKind,
     /// Whether the stack runs on a progress thread (`--threaded`).
     pub threaded: bool,
-    /// The ranks to kill, sorted (never empty).
-    pub kills: Vec<Rank>,
-    /// Whether `kills` was drawn as a block of adjacent ranks.
+    /// The ranks the fault hits, sorted (never empty, never every rank).
+    pub victims: Vec<Rank>,
+    /// Whether `victims` was drawn as a block of adjacent ranks.
     pub block: bool,
-    /// When they die.
-    pub moment: Moment,
+    /// What happens to them.
+    pub fault: Fault,
+}
+
+/// What a job does to its victims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// They die (`--kill`), at this moment.
+    Kill(Moment),
+    /// They stop (`--stall`) after the first validation, then run on (validate jobs).
+    Stall(Stall),
+}
+
+/// A stall of a validate job: its ranks stop their processes for `ms` after the first
+/// validation; everyone validates again once the stall, a timeout and two periods
+/// have passed, and a stalled rank that was declared dead meanwhile leaves as a killed
+/// rank does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// How long the ranks stay stopped (`--stall-ms`).
+    pub ms: u64,
+    /// Long (in [`Timing::long_stalls`]: every stalled rank must be declared) or short
+    /// (in [`Timing::short_stalls`]: none may be).
+    pub long: bool,
 }
 
 /// Timing options every job of a campaign gets.
@@ -351,6 +384,37 @@ pub struct Timing {
     pub timeout_ms: u64,
     /// The longest a rank waits for one step (`--limit-s`).
     pub limit_s: u64,
+}
+
+impl Timing {
+    /// The durations of a short stall, in ms: a fifth to a half of `timeout − 2 ·
+    /// period`. A ring watcher declares after `timeout` of silence and a long-edge
+    /// watcher after `timeout + 2 · period` (its beats come every other period), and the
+    /// last beat a watcher heard is at most one (two) periods old when the stall starts:
+    /// nobody notices a stall shorter than `timeout − period`. Half of `timeout − 2 ·
+    /// period` leaves the rest for delays and the load. None when that is under 10 ms
+    /// (`--stall-ms`'s least).
+    pub fn short_stalls(&self) -> Option<RangeInclusive<u64>> {
+        let bound = self.timeout_ms.saturating_sub(2 * self.period_ms);
+        let (lo, hi) = ((bound / 5).max(10), bound / 2);
+        (lo <= hi).then_some(lo..=hi)
+    }
+
+    /// The durations of a long stall, in ms: half a `timeout + 2 · period` to a whole
+    /// one past `STARTUP_GRACE_TIMEOUTS · timeout + 2 · period`. A stalled rank's
+    /// watchers (its ring observer, and the long observer of each rank of a block)
+    /// declare it `timeout + 2 · period` at the most after the last beat they heard
+    /// from it, or, if they never heard one, at the end of the start-up grace
+    /// (`STARTUP_GRACE_TIMEOUTS` timeouts, two periods more on a long edge, after their
+    /// detector's creation). Both come before the stall starts (it follows a validation
+    /// every rank took part in), and a stall may start before the stalled rank's first
+    /// beat: the job's first validation can end within a few milliseconds of the
+    /// detectors' creation (under `mpiexec`, or with few ranks).
+    pub fn long_stalls(&self) -> RangeInclusive<u64> {
+        let grace = u64::from(STARTUP_GRACE_TIMEOUTS) * self.timeout_ms + 2 * self.period_ms;
+        let margin = self.timeout_ms + 2 * self.period_ms;
+        (grace + margin / 2)..=(grace + margin)
+    }
 }
 
 impl Job {
@@ -365,13 +429,24 @@ impl Job {
         if self.threaded {
             args.push("--threaded".into());
         }
-        let kills: Vec<String> = self.kills.iter().map(Rank::to_string).collect();
-        args.extend(["--kill".into(), kills.join(",")]);
-        match self.moment {
-            Moment::AtMs(ms) => args.extend(["--kill-at-ms".into(), ms.to_string()]),
-            Moment::OnValidate => args.extend(["--kill-on".into(), "validate".into()]),
-            Moment::OnActivation => args.extend(["--kill-on".into(), "activation".into()]),
-            Moment::AfterTasks => {}
+        let victims: Vec<String> = self.victims.iter().map(Rank::to_string).collect();
+        let victims = victims.join(",");
+        match self.fault {
+            Fault::Kill(moment) => {
+                args.extend(["--kill".into(), victims]);
+                match moment {
+                    Moment::AtMs(ms) => args.extend(["--kill-at-ms".into(), ms.to_string()]),
+                    Moment::OnValidate => args.extend(["--kill-on".into(), "validate".into()]),
+                    Moment::OnActivation => {
+                        args.extend(["--kill-on".into(), "activation".into()]);
+                    }
+                    Moment::AfterTasks => {}
+                }
+            }
+            Fault::Stall(stall) => {
+                args.extend(["--stall".into(), victims]);
+                args.extend(["--stall-ms".into(), stall.ms.to_string()]);
+            }
         }
         args.extend([
             "--period-ms".into(),
@@ -382,6 +457,22 @@ impl Job {
             timing.limit_s.to_string(),
         ]);
         args
+    }
+
+    /// The ranks that die: the victims of a kill, none in a stall run.
+    pub fn killed(&self) -> &[Rank] {
+        match self.fault {
+            Fault::Kill(_) => &self.victims,
+            Fault::Stall(_) => &[],
+        }
+    }
+
+    /// The stall of a stall run.
+    pub fn stall(&self) -> Option<Stall> {
+        match self.fault {
+            Fault::Stall(stall) => Some(stall),
+            Fault::Kill(_) => None,
+        }
     }
 
     /// The plan of a broadcast job.
@@ -401,7 +492,7 @@ impl Job {
     }
 
     /// A short description: `broadcast n=6 per-class/binomial 3 outputs, kill [2, 3]
-    /// (block) on activation`.
+    /// (block) on activation`, `validate n=5, stall [1] 4000 ms (long)`.
     pub fn describe(&self) -> String {
         if let JobKind::Taskgraph(t) = &self.kind {
             return t.describe(self.ranks);
@@ -420,13 +511,25 @@ impl Job {
         };
         let threaded = if self.threaded { " threaded" } else { "" };
         let block = if self.block { " (block)" } else { "" };
-        let when = match self.moment {
-            Moment::AtMs(ms) => format!("at {ms} ms"),
-            Moment::OnValidate => "on validate".into(),
-            Moment::OnActivation => "on activation".into(),
-            Moment::AfterTasks => "after tasks".into(),
-        };
-        format!("{what}{threaded}, kill {:?}{block} {when}", self.kills)
+        let victims = &self.victims;
+        match self.fault {
+            Fault::Kill(moment) => {
+                let when = match moment {
+                    Moment::AtMs(ms) => format!("at {ms} ms"),
+                    Moment::OnValidate => "on validate".into(),
+                    Moment::OnActivation => "on activation".into(),
+                    Moment::AfterTasks => "after tasks".into(),
+                };
+                format!("{what}{threaded}, kill {victims:?}{block} {when}")
+            }
+            Fault::Stall(stall) => {
+                let length = if stall.long { "long" } else { "short" };
+                format!(
+                    "{what}{threaded}, stall {victims:?}{block} {} ms ({length})",
+                    stall.ms
+                )
+            }
+        }
     }
 }
 
@@ -471,8 +574,9 @@ pub fn rng(seed: u64, run: u64) -> SplitMix {
     SplitMix::new(mixer.next_u64() ^ run)
 }
 
-/// Run `run` of the campaign seeded by `seed`.
-pub fn generate(seed: u64, run: u64, config: &GenConfig) -> Job {
+/// Run `run` of the campaign seeded by `seed`; `timing` is what its job gets (a stall's
+/// duration is drawn against it).
+pub fn generate(seed: u64, run: u64, config: &GenConfig, timing: &Timing) -> Job {
     let mut rng = rng(seed, run);
     let ranks = random_ranks(&mut rng, config);
     let broadcast = rng.chance(1, 2);
@@ -505,15 +609,48 @@ pub fn generate(seed: u64, run: u64, config: &GenConfig) -> Job {
     // The threaded broadcast takes no `--kill-on`.
     let threaded_allowed = !broadcast || matches!(moment, Moment::AtMs(_));
     let threaded = threaded_allowed && rng.chance(1, 4);
+    if !broadcast && rng.chance(1, 4) {
+        let (victims, block, stall) = random_stall(&mut rng, ranks, cap, timing);
+        return Job {
+            run,
+            ranks,
+            kind,
+            // The threaded validate job has no stall.
+            threaded: false,
+            victims,
+            block,
+            fault: Fault::Stall(stall),
+        };
+    }
     Job {
         run,
         ranks,
         kind,
         threaded,
-        kills,
+        victims: kills,
         block,
-        moment,
+        fault: Fault::Kill(moment),
     }
+}
+
+/// The ranks and duration of a stall: a single rank or (one time in two, when `cap >=
+/// 2`) a block of 2..=`cap` adjacent ranks, stopped for a short or (one time in two, and
+/// always when no short stall fits the timing) a long time.
+fn random_stall(rng: &mut SplitMix, n: u32, cap: u32, timing: &Timing) -> (Vec<Rank>, bool, Stall) {
+    let every: Vec<Rank> = (0..n).collect();
+    let drawn = if cap >= 2 && rng.chance(1, 2) {
+        random_block(rng, n, &every, cap)
+    } else {
+        None
+    };
+    let block = drawn.is_some();
+    let ranks = drawn.unwrap_or_else(|| vec![rng.below(u64::from(n)) as Rank]);
+    let (long, durations) = match timing.short_stalls() {
+        Some(short) if rng.chance(1, 2) => (false, short),
+        _ => (true, timing.long_stalls()),
+    };
+    let ms = rng.range(*durations.start(), *durations.end() + 1);
+    (ranks, block, Stall { ms, long })
 }
 
 /// A job size in `config`'s range.
@@ -608,9 +745,9 @@ pub fn generate_taskgraph(
             owned: counts,
         }),
         threaded: false,
-        kills,
+        victims: kills,
         block,
-        moment: Moment::AfterTasks,
+        fault: Fault::Kill(Moment::AfterTasks),
     })
 }
 
@@ -714,34 +851,40 @@ mod tests {
 
     const SEEDS: u64 = 4;
     const RUNS: u64 = 500;
+    const TIMING: Timing = Timing {
+        period_ms: 50,
+        timeout_ms: 1000,
+        limit_s: 60,
+    };
 
     fn every_job(config: &GenConfig) -> impl Iterator<Item = Job> + '_ {
-        (0..SEEDS).flat_map(move |seed| (0..RUNS).map(move |run| generate(seed, run, config)))
+        (0..SEEDS)
+            .flat_map(move |seed| (0..RUNS).map(move |run| generate(seed, run, config, &TIMING)))
     }
 
     #[test]
-    fn kills_never_take_every_rank_nor_the_root() {
+    fn victims_are_never_every_rank_nor_the_root() {
         for job in every_job(&GenConfig::default()) {
-            let k = job.kills.len() as u32;
+            let k = job.victims.len() as u32;
             assert!(
                 k >= 1 && k <= (job.ranks / 2).max(1) && k < job.ranks,
                 "{job:?}"
             );
             assert!(k <= GenConfig::default().max_kills, "{job:?}");
             assert!(
-                job.kills.windows(2).all(|w| w[0] < w[1]),
+                job.victims.windows(2).all(|w| w[0] < w[1]),
                 "sorted, distinct: {job:?}"
             );
-            assert!(job.kills.iter().all(|&r| r < job.ranks), "{job:?}");
+            assert!(job.victims.iter().all(|&r| r < job.ranks), "{job:?}");
             if let Some(plan) = job.plan() {
-                assert!(!job.kills.contains(&plan.root), "root killed: {job:?}");
+                assert!(!job.victims.contains(&plan.root), "root killed: {job:?}");
             }
         }
         let single = GenConfig {
             max_kills: 1,
             ..GenConfig::default()
         };
-        assert!(every_job(&single).all(|job| job.kills.len() == 1));
+        assert!(every_job(&single).all(|job| job.victims.len() == 1));
     }
 
     #[test]
@@ -753,14 +896,14 @@ mod tests {
             let n = job.ranks;
             // Adjacent on the ring: some member starts a run of consecutive ranks
             // (mod n) covering the whole list.
-            let len = job.kills.len() as u32;
+            let len = job.victims.len() as u32;
             assert!(len >= 2, "{job:?}");
             let start = job
-                .kills
+                .victims
                 .iter()
-                .find(|&&s| (0..len).all(|i| job.kills.contains(&((s + i) % n))));
+                .find(|&&s| (0..len).all(|i| job.victims.contains(&((s + i) % n))));
             assert!(start.is_some(), "not adjacent: {job:?}");
-            if job.kills.windows(2).any(|w| w[1] != w[0] + 1) {
+            if job.victims.windows(2).any(|w| w[1] != w[0] + 1) {
                 wrapped += 1;
             }
         }
@@ -769,22 +912,28 @@ mod tests {
     }
 
     #[test]
-    fn moments_fit_the_job() {
+    fn faults_fit_the_job() {
         let (mut on_activation, mut on_validate, mut at_ms) = (0, 0, 0);
+        let mut stalls = 0;
         for job in every_job(&GenConfig::default()) {
-            match (&job.kind, job.moment) {
-                (JobKind::Broadcast(plan), Moment::OnActivation) => {
+            match (&job.kind, job.fault) {
+                (JobKind::Broadcast(plan), Fault::Kill(Moment::OnActivation)) => {
                     on_activation += 1;
                     let dests = plan.destinations();
-                    assert!(job.kills.iter().all(|r| dests.contains(r)), "{job:?}");
+                    assert!(job.victims.iter().all(|r| dests.contains(r)), "{job:?}");
                     assert!(!job.threaded, "--threaded takes no --kill-on: {job:?}");
                 }
-                (JobKind::Validate, Moment::OnValidate) => on_validate += 1,
-                (_, Moment::AtMs(_)) => at_ms += 1,
-                _ => panic!("a moment the job does not have: {job:?}"),
+                (JobKind::Validate, Fault::Kill(Moment::OnValidate)) => on_validate += 1,
+                (_, Fault::Kill(Moment::AtMs(_))) => at_ms += 1,
+                (JobKind::Validate, Fault::Stall(_)) => {
+                    stalls += 1;
+                    assert!(!job.threaded, "the threaded validate has no stall: {job:?}");
+                    assert!(job.killed().is_empty(), "{job:?}");
+                }
+                _ => panic!("a fault the job does not have: {job:?}"),
             }
         }
-        assert!(on_activation > 100 && on_validate > 100 && at_ms > 100);
+        assert!(on_activation > 100 && on_validate > 100 && at_ms > 100 && stalls > 100);
     }
 
     #[test]
@@ -825,10 +974,17 @@ mod tests {
     fn a_run_depends_on_its_seed_and_index_only() {
         let config = GenConfig::default();
         for run in 0..50 {
-            assert_eq!(generate(7, run, &config), generate(7, run, &config));
+            assert_eq!(
+                generate(7, run, &config, &TIMING),
+                generate(7, run, &config, &TIMING)
+            );
         }
-        let a: Vec<Job> = (0..50).map(|run| generate(7, run, &config)).collect();
-        let b: Vec<Job> = (0..50).map(|run| generate(8, run, &config)).collect();
+        let a: Vec<Job> = (0..50)
+            .map(|run| generate(7, run, &config, &TIMING))
+            .collect();
+        let b: Vec<Job> = (0..50)
+            .map(|run| generate(8, run, &config, &TIMING))
+            .collect();
         assert_ne!(a, b, "another seed, other jobs");
         // Jobs differ between runs too, and span the sizes.
         assert!(a.windows(2).any(|w| w[0].kind != w[1].kind));
@@ -836,26 +992,107 @@ mod tests {
     }
 
     #[test]
-    fn job_command_lines_name_the_kills_and_the_moment() {
+    fn job_command_lines_name_the_fault() {
         let job = Job {
             run: 3,
             ranks: 8,
             kind: JobKind::Validate,
             threaded: true,
-            kills: vec![4, 5, 6, 7],
+            victims: vec![4, 5, 6, 7],
             block: true,
-            moment: Moment::OnValidate,
-        };
-        let timing = Timing {
-            period_ms: 50,
-            timeout_ms: 1000,
-            limit_s: 60,
+            fault: Fault::Kill(Moment::OnValidate),
         };
         assert_eq!(
-            job.args("unused", &timing).join(" "),
+            job.args("unused", &TIMING).join(" "),
             "validate --threaded --kill 4,5,6,7 --kill-on validate --period-ms 50 \
              --timeout-ms 1000 --limit-s 60"
         );
+        let stall = Job {
+            threaded: false,
+            victims: vec![0, 7],
+            fault: Fault::Stall(Stall {
+                ms: 4000,
+                long: true,
+            }),
+            ..job
+        };
+        assert_eq!(
+            stall.args("unused", &TIMING).join(" "),
+            "validate --stall 0,7 --stall-ms 4000 --period-ms 50 --timeout-ms 1000 \
+             --limit-s 60"
+        );
+        assert_eq!(
+            stall.describe(),
+            "validate n=8, stall [0, 7] (block) 4000 ms (long)"
+        );
+    }
+
+    #[test]
+    fn stall_durations_keep_clear_of_the_detector_bounds() {
+        // Short: a fifth to a half of timeout - 2 periods; long: half a timeout + 2
+        // periods to a whole one past the start-up grace (3 timeouts + 2 periods).
+        assert_eq!(STARTUP_GRACE_TIMEOUTS, 3);
+        assert_eq!(TIMING.short_stalls(), Some(180..=450));
+        assert_eq!(TIMING.long_stalls(), 3650..=4200);
+        let tight = Timing {
+            period_ms: 490,
+            ..TIMING
+        };
+        assert_eq!(tight.short_stalls(), Some(10..=10));
+        let none = Timing {
+            period_ms: 499,
+            ..TIMING
+        };
+        assert_eq!(none.short_stalls(), None);
+        // With no short stall to draw, every stall is long.
+        let config = GenConfig::default();
+        let stalls: Vec<Stall> = (0..RUNS)
+            .filter_map(|run| generate(1, run, &config, &none).stall())
+            .collect();
+        assert!(stalls.len() > 50 && stalls.iter().all(|s| s.long));
+    }
+
+    #[test]
+    fn stall_runs_stop_one_rank_or_a_block_for_a_short_or_a_long_time() {
+        let (mut short, mut long, mut blocks, mut single, mut validate) = (0, 0, 0, 0, 0);
+        for config in [
+            GenConfig::default(),
+            GenConfig {
+                ranks_min: 16,
+                ranks_max: 24,
+                max_kills: 4,
+            },
+        ] {
+            for job in every_job(&config) {
+                validate += u32::from(job.kind == JobKind::Validate);
+                let Some(stall) = job.stall() else { continue };
+                let grace = 3 * TIMING.timeout_ms + 2 * TIMING.period_ms;
+                if stall.long {
+                    long += 1;
+                    assert!(TIMING.long_stalls().contains(&stall.ms), "{job:?}");
+                    assert!(stall.ms > grace + TIMING.timeout_ms / 2, "{job:?}");
+                } else {
+                    short += 1;
+                    assert!(TIMING.short_stalls().unwrap().contains(&stall.ms));
+                    assert!(stall.ms <= (TIMING.timeout_ms - 2 * TIMING.period_ms) / 2);
+                }
+                let k = job.victims.len() as u32;
+                assert!(
+                    k <= config.max_kills && k <= (job.ranks / 2).max(1),
+                    "{job:?}"
+                );
+                assert_eq!(job.block, k > 1, "one rank or a block: {job:?}");
+                if job.block {
+                    blocks += 1;
+                } else {
+                    single += 1;
+                }
+            }
+        }
+        assert!(short > 100 && long > 100 && blocks > 100 && single > 100);
+        // One validate run in four stalls.
+        let stalls = short + long;
+        assert!(4 * stalls > validate * 3 / 4 && 4 * stalls < validate * 5 / 4);
     }
 
     /// A stand-in for `fttask --owned`: a mapping with some ranks owning nothing.
@@ -896,12 +1133,12 @@ mod tests {
                 assert!(!t.flags.is_empty() && t.flags.len() <= 2, "{job:?}");
                 let mut named: Vec<Rank> = t.flags.iter().flat_map(|f| f.ranks.clone()).collect();
                 named.sort_unstable();
-                assert_eq!(named, job.kills, "{job:?}");
+                assert_eq!(named, job.victims, "{job:?}");
                 assert!(
                     named.windows(2).all(|w| w[0] < w[1]),
                     "named twice: {job:?}"
                 );
-                let k = job.kills.len() as u32;
+                let k = job.victims.len() as u32;
                 assert!(k < job.ranks && k <= config.max_kills, "{job:?}");
                 for flag in &t.flags {
                     for &r in &flag.ranks {
@@ -960,7 +1197,7 @@ mod tests {
             Ok((0..n).map(|r| if r == 1 { 2 } else { 0 }).collect())
         })
         .unwrap();
-        assert_eq!(job.kills, [1]);
+        assert_eq!(job.victims, [1]);
         assert!(job.taskgraph().unwrap().flags[0].after < 2);
     }
 
@@ -1023,6 +1260,6 @@ mod tests {
             ranks_max: 6,
             max_kills: 4,
         };
-        assert!((0..200).all(|run| (5..=6).contains(&generate(3, run, &config).ranks)));
+        assert!((0..200).all(|run| (5..=6).contains(&generate(3, run, &config, &TIMING).ranks)));
     }
 }

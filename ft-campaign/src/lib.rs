@@ -14,7 +14,12 @@
 //! ([`mod@generate`]): a `validate` or `broadcast` job (a random plan file: strategy,
 //! topology, 1–4 outputs of 1 B to 4 MiB, destination sets), `--ranks A..B` ranks,
 //! and a kill list (1–3 random ranks or a block of adjacent ones) that dies at a time,
-//! at the first global validation or at the ranks' activation.
+//! at the first global validation or at the ranks' activation. One validate job in four
+//! is a stall run instead: one rank or a block of adjacent ones stops its process
+//! (`--stall`) after the first validation, for well below `timeout − 2 · period`
+//! (short: nobody may be declared) or well past the detector's start-up grace of
+//! `3 · timeout + 2 · period` (long: every stalled rank must be, and leaves as a
+//! killed rank does).
 //!
 //! What each run is checked for ([`verdict`]), reading the survivors' JSON lines with
 //! `ft_jobs::report`:
@@ -23,11 +28,14 @@
 //! - **disagreement**: every survivor returns the same `G` from every validation, `G`
 //!   never holds a rank that was not killed (`G ⊆ F`), and the set the survivors agree
 //!   on once they know every death (the validate job's last validation, the broadcast
-//!   job's closing one) is exactly the killed set;
+//!   job's closing one) is exactly the killed set; in a stall run every `G` lies within,
+//!   and the last is exactly, the stalled set (long) or empty (short), and no rank a
+//!   long stall should have cost printed a line;
 //! - **lost outputs**: every surviving destination received exactly the outputs the
 //!   plan gives it, byte for byte, and gave nothing up (`report::served`);
-//! - **other**: the launcher or `mpiexec` failed, a survivor stopped with an error (a
-//!   false suspicion, say), a survivor printed no line, or a rank that was to die lived.
+//! - **other**: the launcher or `mpiexec` failed (a stall run too must exit 0), a
+//!   survivor stopped with an error (a false suspicion, say), a survivor printed no
+//!   line (every rank not declared prints one), or a rank that was to die lived.
 //!
 //! With `--app taskgraph` a run is an `fttask` job instead (the task-graph runtime of
 //! `apps/taskgraph`, under `ftrun` or `mpiexec --with-ft ulfm`): a small random Cholesky
@@ -37,8 +45,9 @@
 //! and it must end in time; a rank lost to a progress-thread stall (`fttask`'s
 //! watchdog) is counted on its own, as a failure.
 //!
-//! It prints a summary (runs, ok, hangs, disagreements, lost outputs, other failures,
-//! wall time; one JSON object with `--json`) and keeps each failing run's command line,
+//! It prints a summary (runs, how many were short and long stall runs, ok, hangs,
+//! disagreements, lost outputs, other failures, wall time; one JSON object with
+//! `--json`) and keeps each failing run's command line,
 //! standard output and error, plan file and replay command under `--logs`; it exits
 //! non-zero if any run failed.
 
@@ -50,7 +59,7 @@ pub mod verdict;
 pub use backend::{App, Backend, Tools};
 pub use campaign::{Campaign, Checksums, Summary};
 pub use generate::{
-    generate, generate_taskgraph, parse_ranks, GenConfig, GenError, Job, JobKind, KillFlag, Moment,
-    Plan, RanksError, TaskRun, Timing, Workload,
+    generate, generate_taskgraph, parse_ranks, Fault, GenConfig, GenError, Job, JobKind, KillFlag,
+    Moment, Plan, RanksError, Stall, TaskRun, Timing, Workload,
 };
 pub use verdict::{judge, judge_taskgraph, Class, Outcome, Verdict};

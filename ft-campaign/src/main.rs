@@ -12,8 +12,8 @@ use ft_campaign::{parse_ranks, App, Backend, Campaign, GenConfig, Timing, Tools}
 #[command(
     version,
     about = "Runs randomized real jobs (ft-jobs' validate and broadcast, or fttask task \
-             graphs) with random kills on a backend and reports hangs, disagreements on G \
-             and lost outputs"
+             graphs) with random kills (and, in validate jobs, stalls) on a backend and \
+             reports hangs, disagreements on G and lost outputs"
 )]
 struct Cli {
     /// The backend: `ofi-tcp`, `ofi-sockets` or `mpi` (for `--app taskgraph`: `ftrun`
@@ -36,7 +36,7 @@ struct Cli {
     /// Job sizes: `A..B` (A to B ranks, both included) or `N`; at least 2.
     #[arg(long, default_value = "2..8", value_parser = parse_ranks_arg)]
     ranks: (u32, u32),
-    /// The most ranks one job kills (never more than half of them at once, never all).
+    /// The most ranks one job kills or stalls (never more than half of them, never all).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_kills: u32,
     /// Heartbeat period given to every job (`--app jobs`; `fttask` has its own).

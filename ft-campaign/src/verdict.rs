@@ -18,7 +18,8 @@ pub enum Class {
     /// The job ran past its timeout (its process group was killed), or a rank gave up
     /// waiting for a step (`--limit-s`).
     Hang,
-    /// The survivors' agreed sets `G` differ, or the last one is not the killed set.
+    /// The survivors' agreed sets `G` differ, or the last one is not the killed set (in
+    /// a stall run: the stalled set after a long stall, none after a short one).
     Disagreement,
     /// A surviving destination did not get an output it needs, or got it corrupted, or
     /// gave the broadcast up.
@@ -143,6 +144,32 @@ fn errors(stderr: &str) -> String {
     }
 }
 
+/// The ranks the survivors of `job` must end up agreeing are dead, which print no
+/// line, and how to name that set in a verdict: the killed ranks; after a long stall
+/// the stalled ones, after a short stall none.
+fn declared(job: &Job) -> (Vec<Rank>, String) {
+    match job.stall() {
+        None => (
+            job.killed().to_vec(),
+            format!("the killed set {:?}", job.killed()),
+        ),
+        Some(stall) if stall.long => (
+            job.victims.clone(),
+            format!(
+                "the stalled set {:?} (stalled {} ms, past the timeout)",
+                job.victims, stall.ms
+            ),
+        ),
+        Some(stall) => (
+            Vec::new(),
+            format!(
+                "[] ({:?} stalled {} ms, within the timeout)",
+                job.victims, stall.ms
+            ),
+        ),
+    }
+}
+
 /// Classifies a run of `job`.
 pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
     if outcome.timed_out {
@@ -160,21 +187,31 @@ pub fn judge(job: &Job, outcome: &Outcome) -> Verdict {
         Ok(lines) => lines,
         Err(e) => return Verdict::new(Class::Other, format!("unreadable output: {e}")),
     };
-    let killed: Vec<Rank> = job.kills.clone();
+    let (gone, what) = declared(job);
     let expected: Vec<u64> = (0..job.ranks)
-        .filter(|r| !killed.contains(r))
+        .filter(|r| !gone.contains(r))
         .map(u64::from)
         .collect();
     let got = report::ranks(&lines);
-    if let Some(r) = got.iter().find(|&&r| killed.contains(&(r as Rank))) {
-        return Verdict::new(
-            Class::Other,
-            format!("rank {r} was to die but printed a line"),
-        );
+    if let Some(r) = got.iter().find(|&&r| gone.contains(&(r as Rank))) {
+        return match job.stall() {
+            Some(stall) => Verdict::new(
+                Class::Disagreement,
+                format!(
+                    "rank {r} was stalled {} ms, past the timeout, but printed a line: \
+                     it was not declared",
+                    stall.ms
+                ),
+            ),
+            None => Verdict::new(
+                Class::Other,
+                format!("rank {r} was to die but printed a line"),
+            ),
+        };
     }
     let checked = match &job.kind {
-        JobKind::Validate => check_validate(&lines, &killed),
-        JobKind::Broadcast(plan) => check_broadcast(plan, &lines, &killed),
+        JobKind::Validate => check_validate(&lines, &gone, &what),
+        JobKind::Broadcast(plan) => check_broadcast(plan, &lines, job.killed()),
         JobKind::Taskgraph(_) => Err(Verdict::new(
             Class::Other,
             "a task-graph run is judged against its failure-free checksum (judge_taskgraph)",
@@ -272,7 +309,7 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
             ),
         );
     }
-    let dead = killed_set(&job.kills);
+    let dead = rank_set(job.killed());
     let Some(agreed) = report::rank_set(&line["dead"]) else {
         return Verdict::new(Class::Other, format!("unreadable dead {}", line["dead"]));
     };
@@ -289,7 +326,7 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
                 format!(
                     "dead {} but killed {:?}: {}",
                     line["dead"],
-                    job.kills,
+                    job.killed(),
                     watchdog.join(" | ")
                 ),
             );
@@ -299,7 +336,7 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
             format!(
                 "dead {} but killed {:?} ({})",
                 line["dead"],
-                job.kills,
+                job.killed(),
                 failed()
             ),
         );
@@ -313,10 +350,10 @@ pub fn judge_taskgraph(job: &Job, task: &TaskRun, reference: &str, outcome: &Out
     Verdict::new(Class::Ok, "")
 }
 
-/// The killed ranks as a set, to compare with `report::rank_set` of a `G` or an `L`
-/// (compared as sets: the jobs do not promise an order).
-fn killed_set(killed: &[Rank]) -> BTreeSet<u64> {
-    killed.iter().map(|&r| u64::from(r)).collect()
+/// Ranks as a set, to compare with `report::rank_set` of a `G` or an `L` (compared as
+/// sets: the jobs do not promise an order).
+fn rank_set(ranks: &[Rank]) -> BTreeSet<u64> {
+    ranks.iter().map(|&r| u64::from(r)).collect()
 }
 
 /// Whether the JSON array `set` is a set of ranks within `of`.
@@ -330,31 +367,34 @@ fn same(set: &Value, of: &BTreeSet<u64>) -> bool {
 }
 
 /// A validate job: every validation agreed identically everywhere
-/// (`report::agreed`), every `G` within the killed set, the last exactly it, and each
-/// survivor's `L` equal to it.
-fn check_validate(lines: &[Value], killed: &[Rank]) -> Result<(), Verdict> {
+/// (`report::agreed`), every `G` within `dead` (the set [`declared`] gives, named
+/// `what`), the last exactly it, and each survivor's `L` equal to it.
+fn check_validate(lines: &[Value], dead: &[Rank], what: &str) -> Result<(), Verdict> {
     if lines.is_empty() {
         return Ok(());
     }
-    let dead = killed_set(killed);
+    let dead = rank_set(dead);
     let gs = report::agreed(lines).map_err(|e| Verdict::new(Class::Disagreement, e))?;
     if let Some(g) = gs.iter().find(|g| !within(g, &dead)) {
         return Err(Verdict::new(
             Class::Disagreement,
-            format!("G {g} holds a rank that was not killed (killed {killed:?})"),
+            format!("G {g} holds a rank outside {what}"),
         ));
     }
     if !gs.last().is_some_and(|g| same(g, &dead)) {
         return Err(Verdict::new(
             Class::Disagreement,
-            format!("the last G is {:?}, the killed set {killed:?}", gs.last()),
+            format!(
+                "the last G is {}, not {what}",
+                gs.last().map_or_else(|| "missing".into(), Value::to_string)
+            ),
         ));
     }
     if let Some(line) = lines.iter().find(|l| !same(&l["L"], &dead)) {
         return Err(Verdict::new(
             Class::Other,
             format!(
-                "rank {}'s L is {} after agreeing on {killed:?} (a late suspicion)",
+                "rank {}'s L is {} after agreeing on {what} (a late suspicion)",
                 line["rank"], line["L"]
             ),
         ));
@@ -366,7 +406,7 @@ fn check_validate(lines: &[Value], killed: &[Rank]) -> Result<(), Verdict> {
 /// exactly the killed set (every survivor waits to know each killed rank dead before
 /// it); every survivor needs what the plan says and got it intact (`report::served`).
 fn check_broadcast(plan: &Plan, lines: &[Value], killed: &[Rank]) -> Result<(), Verdict> {
-    let dead = killed_set(killed);
+    let dead = rank_set(killed);
     if let Some(first) = lines.first() {
         let g = &first["G"];
         if let Some(other) = lines
@@ -407,7 +447,7 @@ fn check_broadcast(plan: &Plan, lines: &[Value], killed: &[Rank]) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::{KillFlag, Moment, Output, Workload};
+    use crate::generate::{Fault, KillFlag, Moment, Output, Stall, Workload};
 
     fn validate_job(kills: Vec<Rank>) -> Job {
         Job {
@@ -415,9 +455,9 @@ mod tests {
             ranks: 4,
             kind: JobKind::Validate,
             threaded: false,
-            kills,
+            victims: kills,
             block: false,
-            moment: Moment::AtMs(3),
+            fault: Fault::Kill(Moment::AtMs(3)),
         }
     }
 
@@ -474,6 +514,117 @@ mod tests {
         let mut gave_up = outcome(&good);
         gave_up.stderr = "ftofi: rank 0: timed out after 60s waiting for x".into();
         assert_eq!(judge(&job, &gave_up).class, Class::Hang);
+    }
+
+    fn stall_job(stalled: Vec<Rank>, ms: u64, long: bool) -> Job {
+        Job {
+            ranks: 5,
+            fault: Fault::Stall(Stall { ms, long }),
+            block: stalled.len() > 1,
+            ..validate_job(stalled)
+        }
+    }
+
+    #[test]
+    fn long_stall_runs_are_judged() {
+        // Ranks 2 and 3 stalled past the timeout: the others declared them, they left
+        // without a line, and the survivors' last G is exactly them.
+        let job = stall_job(vec![2, 3], 4000, true);
+        let line = |r, last: Value| validation_line(r, &[json!([]), last]);
+        let lines = |ranks: &[u32], last: Value| {
+            let lines: Vec<String> = ranks.iter().map(|&r| line(r, last.clone())).collect();
+            lines.join("\n")
+        };
+        let good = lines(&[0, 1, 4], json!([3, 2]));
+        assert_eq!(judge(&job, &outcome(&good)), Verdict::new(Class::Ok, ""));
+
+        // Rank 3 was not declared: it printed its line, and G lacks it.
+        let verdict = judge(&job, &outcome(&lines(&[0, 1, 3, 4], json!([2]))));
+        assert_eq!(verdict.class, Class::Disagreement);
+        assert_eq!(
+            verdict.detail,
+            "rank 3 was stalled 4000 ms, past the timeout, but printed a line: it was \
+             not declared"
+        );
+        // Rank 3 printed nothing, yet nobody declared it.
+        let verdict = judge(&job, &outcome(&lines(&[0, 1, 4], json!([2]))));
+        assert_eq!(verdict.class, Class::Disagreement);
+        assert!(
+            verdict.detail.starts_with(
+                "the last G is [2], not the stalled set [2, 3] (stalled 4000 ms, past the \
+                 timeout)"
+            ),
+            "{}",
+            verdict.detail
+        );
+        // A live rank was declared too.
+        let extra = lines(&[0, 4], json!([1, 2, 3]));
+        assert_eq!(judge(&job, &outcome(&extra)).class, Class::Disagreement);
+        // The survivors disagree.
+        let split = [
+            line(0, json!([2, 3])),
+            line(1, json!([2])),
+            line(4, json!([2, 3])),
+        ]
+        .join("\n");
+        assert_eq!(judge(&job, &outcome(&split)).class, Class::Disagreement);
+
+        // A survivor printed no line; the launcher failed; the job ran past its time.
+        let missing = lines(&[0, 4], json!([2, 3]));
+        assert_eq!(judge(&job, &outcome(&missing)).class, Class::Other);
+        let failed = Outcome {
+            success: false,
+            status: "exit status 1".into(),
+            ..outcome(&good)
+        };
+        assert_eq!(judge(&job, &failed).class, Class::Other);
+        let hung = Outcome {
+            timed_out: true,
+            ..outcome(&good)
+        };
+        assert_eq!(judge(&job, &hung).class, Class::Hang);
+    }
+
+    #[test]
+    fn short_stall_runs_are_judged() {
+        // Rank 1 stalled well within the timeout: nobody may be declared, every rank
+        // prints its line, every G is empty.
+        let job = stall_job(vec![1], 300, false);
+        let lines = |ranks: &[u32], last: Value| {
+            let lines: Vec<String> = ranks
+                .iter()
+                .map(|&r| validation_line(r, &[json!([]), last.clone()]))
+                .collect();
+            lines.join("\n")
+        };
+        let good = lines(&[0, 1, 2, 3, 4], json!([]));
+        assert_eq!(judge(&job, &outcome(&good)), Verdict::new(Class::Ok, ""));
+
+        // Rank 1 was declared all the same (and left, as a declared rank does).
+        let verdict = judge(&job, &outcome(&lines(&[0, 2, 3, 4], json!([1]))));
+        assert_eq!(verdict.class, Class::Disagreement);
+        assert!(
+            verdict
+                .detail
+                .starts_with("G [1] holds a rank outside [] ([1] stalled 300 ms, within"),
+            "{}",
+            verdict.detail
+        );
+        // Rank 1 printed no line though nobody declared it.
+        let missing = lines(&[0, 2, 3, 4], json!([]));
+        assert_eq!(judge(&job, &outcome(&missing)).class, Class::Other);
+        // A rank suspects rank 1 after the last validation.
+        let late = [0, 1, 2, 3, 4]
+            .map(|r| {
+                let mut line: Value =
+                    serde_json::from_str(&validation_line(r, &[json!([]), json!([])])).unwrap();
+                if r == 3 {
+                    line["L"] = json!([1]);
+                }
+                line.to_string()
+            })
+            .join("\n");
+        assert_eq!(judge(&job, &outcome(&late)).class, Class::Other);
     }
 
     #[test]
@@ -539,8 +690,8 @@ mod tests {
         let job = Job {
             kind: JobKind::Broadcast(plan),
             ranks: 3,
-            kills: vec![2],
-            moment: Moment::OnActivation,
+            victims: vec![2],
+            fault: Fault::Kill(Moment::OnActivation),
             ..validate_job(vec![])
         };
         let line = |rank: u32, needs: Value, received: Value, g: Value| {
@@ -586,8 +737,8 @@ mod tests {
         };
         let job = Job {
             kind: JobKind::Taskgraph(task.clone()),
-            kills: vec![1],
-            moment: Moment::AfterTasks,
+            victims: vec![1],
+            fault: Fault::Kill(Moment::AfterTasks),
             ..validate_job(vec![])
         };
         let line = |dead: Value, checksum: &str, ok: bool| {

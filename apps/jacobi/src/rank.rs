@@ -8,18 +8,19 @@
 //! iteration leaves the rank after it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ft::{Rank, Runtime, RuntimeError};
+use ft::{Event, Rank, Runtime, RuntimeError};
 
 use crate::checkpoint::Checkpoints;
 use crate::cli::Config;
-use crate::halo::{HaloError, Handle, Kind, Mailbox};
+use crate::halo::{HaloError, Handle, Kind, Mailbox, Tag};
 use crate::kills::KillPlan;
 use crate::layout::Layout;
-use crate::recovery::{recover, Source, State};
-use crate::solver::{finish, run_from, Hooks};
-use crate::strip::Strip;
+use crate::recovery::{join_as_replacement, processes, recover, Process, Resume, Source, State};
+use crate::solver::{finish, run_from, Hooks, Interrupted};
+use crate::strip::{Side, Strip};
 
 /// What the reporting rank tells of the job.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +77,31 @@ struct RankHooks<'a, 'h> {
     committed: Option<u32>,
 }
 
+impl<'a, 'h> RankHooks<'a, 'h> {
+    fn new(
+        rank: Rank,
+        incarnation: u32,
+        config: &'a Config,
+        handle: Handle<'h>,
+        die: &'a (dyn Fn() + Sync),
+        started: Instant,
+    ) -> Self {
+        RankHooks {
+            rank,
+            incarnation,
+            kills: &config.kills,
+            checkpoints: Checkpoints::every(config.checkpoint_every),
+            handle,
+            dead: BTreeSet::new(),
+            die,
+            interrupted_at: None,
+            recoveries: Vec::new(),
+            iteration_started: started,
+            committed: None,
+        }
+    }
+}
+
 impl Hooks for RankHooks<'_, '_> {
     fn before_iteration(&mut self, iteration: u32, strip: &Strip) -> Result<(), HaloError> {
         if let Some((at, since)) = self.interrupted_at {
@@ -105,38 +131,32 @@ impl Hooks for RankHooks<'_, '_> {
 }
 
 /// Runs rank `handle` of the job `config` describes to its end. `die` ends this rank
-/// the way a crash does (for `--kill`).
+/// the way a crash does (for `--kill`). Under `--spares K` the last K ranks wait as
+/// spares, and the others work in the group of the first ones.
 pub fn run_rank(
     handle: &Runtime,
     config: &Config,
     die: &(dyn Fn() + Sync),
 ) -> Result<RankEnd, String> {
     let started = Instant::now();
-    let mut mailbox = Mailbox::new(handle, started + config.limit);
-    let me = mailbox.me();
-    if me >= config.ranks {
-        return wait_as_spare(&mut mailbox, config);
-    }
-    let working: Vec<Rank> = (0..config.ranks).collect();
-    let spares: Vec<Rank> = (config.ranks..config.ranks + config.spares).collect();
-    let mut layout = Layout::even(config.grid, &working);
-    let rows = layout.rows_of(me).expect("a working rank owns rows");
-    let mut strip = Strip::initial(config.grid, rows);
-    let mut hooks = RankHooks {
-        rank: me,
-        incarnation: 0,
-        kills: &config.kills,
-        checkpoints: Checkpoints::every(config.checkpoint_every),
-        handle: mailbox.shared_handle(),
-        dead: BTreeSet::new(),
-        die,
-        interrupted_at: None,
-        recoveries: Vec::new(),
-        iteration_started: started,
-        committed: None,
+    let mailbox = if config.spares > 0 {
+        match handle
+            .split_spares(config.spares)
+            .map_err(|e| format!("splitting the spares off: {e}"))?
+        {
+            Some(team) => Mailbox::shared(Arc::new(team), started + config.limit),
+            None => return wait_as_spare(handle, config, die, started),
+        }
+    } else {
+        Mailbox::new(handle, started + config.limit)
     };
-    let first: Vec<Rank> = (0..config.ranks + config.spares).collect();
-    let mut state = State {
+    let me = mailbox.me();
+    let working: Vec<Rank> = (0..config.ranks).collect();
+    let layout = Layout::even(config.grid, &working);
+    let rows = layout.rows_of(me).expect("a working rank owns rows");
+    let strip = Strip::initial(config.grid, rows);
+    let first: Vec<Process> = working.iter().map(|&r| (r, 0)).collect();
+    let state = State {
         source: Source {
             handle: mailbox.shared_handle(),
             first: first.clone(),
@@ -147,17 +167,50 @@ pub fn run_rank(
         dead: BTreeSet::new(),
         rollbacks: 0,
     };
-    let mut start = 0;
+    let hooks = RankHooks::new(me, 0, config, mailbox.shared_handle(), die, started);
+    let at = Resume {
+        layout,
+        strip,
+        start: 0,
+    };
+    work(handle, mailbox, Ok(at), hooks, state, config, started)
+}
+
+/// A working rank from `at` to the job's end: the solver, each interruption handed to
+/// the recovery, and the report at the reporting rank, which also tells the spares
+/// still waiting on `world` that the job is over.
+fn work<'h>(
+    world: &Runtime,
+    mut mailbox: Mailbox<'h>,
+    at: Result<Resume, Interrupted>,
+    mut hooks: RankHooks<'_, 'h>,
+    mut state: State<'h>,
+    config: &Config,
+    started: Instant,
+) -> Result<RankEnd, String> {
+    // A replacement whose joining a failure interrupted recovers first.
+    let (mut layout, mut strip, mut start, mut pending) = match at {
+        Ok(at) => (at.layout, at.strip, at.start, None),
+        Err(interrupted) => {
+            let layout = state.source.layout.clone();
+            let rows = layout.rows_of(mailbox.me()).expect("a member owns rows");
+            let strip = Strip::initial(config.grid, rows);
+            (layout, strip, state.source.iteration, Some(interrupted))
+        }
+    };
     let checksum = loop {
-        let ended = run_from(
-            &mut mailbox,
-            &layout,
-            &mut strip,
-            start,
-            config.iterations,
-            &mut hooks,
-        )
-        .and_then(|()| finish(&mut mailbox, &layout, &strip, config.iterations, &spares));
+        let ended = match pending.take() {
+            Some(interrupted) => Err(interrupted),
+            None => run_from(
+                &mut mailbox,
+                &layout,
+                &mut strip,
+                start,
+                config.iterations,
+                &mut hooks,
+            )
+            .and_then(|()| finish(&mut mailbox, &layout, &strip, config.iterations, &[])),
+        };
         // A checkpoint the solver committed is where the next recovery starts from.
         if let Some(iteration) = hooks.committed.take() {
             state.source = Source {
@@ -173,9 +226,11 @@ pub fn run_rank(
                 if hooks.interrupted_at.is_none() {
                     hooks.interrupted_at = Some((interrupted.iteration, hooks.iteration_started));
                 }
+                let (rank, incarnation) = (hooks.rank, hooks.incarnation);
+                let die = hooks.die;
                 let kill = |iteration: u32, dead: &BTreeSet<Rank>| {
                     let dead: Vec<Rank> = dead.iter().copied().collect();
-                    if config.kills.due(me, 0, iteration, &dead) {
+                    if config.kills.due(rank, incarnation, iteration, &dead) {
                         die();
                     }
                 };
@@ -187,7 +242,7 @@ pub fn run_rank(
                     interrupted,
                     &mut { kill },
                 )
-                .map_err(|e| format!("rank {me}: {e}"))?;
+                .map_err(|e| format!("rank {}: {e}", mailbox.me()))?;
                 hooks.handle = mailbox.shared_handle();
                 hooks.dead.clone_from(&state.dead);
                 (layout, strip, start) = (resume.layout, resume.strip, resume.start);
@@ -197,11 +252,23 @@ pub fn run_rank(
     let Some(checksum) = checksum else {
         return Ok(RankEnd::Quiet);
     };
+    // The spares still waiting end too (a dead or admitted one ignores it).
+    let done = mailbox
+        .tag(Kind::Done, config.iterations, Side::Above)
+        .encode();
+    let group = world.view().size();
+    for spare in group.saturating_sub(config.spares)..group {
+        let _ = world.send(spare, done, Vec::new());
+    }
+    let generations = processes(mailbox.handle())
+        .into_iter()
+        .filter(|p| p.1 > 0)
+        .collect();
     Ok(RankEnd::Reported(Report {
         checksum,
         seconds: started.elapsed().as_secs_f64(),
         dead: state.dead.iter().copied().collect(),
-        generations: BTreeMap::new(),
+        generations,
         rollbacks: state.rollbacks,
         checkpoints: hooks.checkpoints.taken(),
         recoveries: hooks.recoveries.iter().map(Duration::as_secs_f64).collect(),
@@ -209,27 +276,34 @@ pub fn run_rank(
     }))
 }
 
-/// A spare's life until a recovery gives it work: it takes part in the group's
-/// checkpoint commits (collective: it puts nothing), then waits for the job's end.
-fn wait_as_spare(mailbox: &mut Mailbox<'_>, config: &Config) -> Result<RankEnd, String> {
-    let me = mailbox.me();
-    let every = config.checkpoint_every as usize;
-    for iteration in (0..config.iterations).step_by(every) {
-        let commit = mailbox
-            .handle()
-            .store_commit(u64::from(iteration))
-            .map_err(|e| format!("spare rank {me}: {e}"))?;
-        if !commit.committed {
-            return Err(format!(
-                "spare rank {me}: ranks failed; --mode rebuild does not replace ranks yet"
-            ));
-        }
-    }
+/// A spare's life: it waits on `world` until it is admitted into the rebuilt group
+/// (then it joins the recovery under the rank it takes, and works to the end) or the
+/// reporting rank says the job is over.
+fn wait_as_spare(
+    world: &Runtime,
+    config: &Config,
+    die: &(dyn Fn() + Sync),
+    started: Instant,
+) -> Result<RankEnd, String> {
+    let me = world.view().rank();
+    let deadline = started + config.limit;
     loop {
-        match mailbox.receive_any(Kind::Done) {
-            Ok(_) => return Ok(RankEnd::Quiet),
-            Err(HaloError::PeerFailed(_) | HaloError::NeighbourFailed(_)) => {}
-            Err(HaloError::TimedOut { .. }) => {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match world.next_event(Some(left)) {
+            Ok(Some(Event::Admitted { group, .. })) => {
+                let handle = world
+                    .admitted(group)
+                    .map_err(|e| format!("spare rank {me}: {e}"))?
+                    .ok_or_else(|| format!("spare rank {me}: the admission was taken"))?;
+                return replace(world, Arc::new(handle), config, die, started);
+            }
+            Ok(Some(Event::Message { tag, .. }))
+                if Tag::decode(tag).is_some_and(|t| t.kind == Kind::Done) =>
+            {
+                return Ok(RankEnd::Quiet);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
                 return Err(format!(
                     "spare rank {me}: the job did not end within {:?}",
                     config.limit
@@ -238,4 +312,31 @@ fn wait_as_spare(mailbox: &mut Mailbox<'_>, config: &Config) -> Result<RankEnd, 
             Err(e) => return Err(format!("spare rank {me}: {e}")),
         }
     }
+}
+
+/// A spare admitted into `handle`'s group: it takes its rows and works to the end.
+fn replace(
+    world: &Runtime,
+    handle: Arc<Runtime>,
+    config: &Config,
+    die: &(dyn Fn() + Sync),
+    started: Instant,
+) -> Result<RankEnd, String> {
+    let mut mailbox = Mailbox::shared(handle, started + config.limit);
+    let me = mailbox.me();
+    let working: Vec<Rank> = (0..config.ranks).collect();
+    let layout = Layout::even(config.grid, &working);
+    let generation = processes(mailbox.handle())[me as usize].1;
+    let mut hooks = RankHooks::new(
+        me,
+        generation,
+        config,
+        mailbox.shared_handle(),
+        die,
+        started,
+    );
+    let (state, at) = join_as_replacement(&mut mailbox, &layout, &mut hooks.checkpoints)
+        .map_err(|e| format!("rank {me} (incarnation {generation}): {e}"))?;
+    hooks.dead.clone_from(&state.dead);
+    work(world, mailbox, at, hooks, state, config, started)
 }

@@ -58,12 +58,18 @@ fn three_processes_end_with_the_simulators_checksum() {
 
 #[test]
 fn six_processes_survive_kills_with_the_failure_free_checksum() {
-    survives_kills("mpi", || {
+    survives_kills("mpi", |ranks| {
         let mut command = Command::new("env");
         command
             .arg("--block-signal=PIPE")
             .arg(mpiexec())
-            .args(["--with-ft", "ulfm", "--oversubscribe", "-n", "6"])
+            .args([
+                "--with-ft",
+                "ulfm",
+                "--oversubscribe",
+                "-n",
+                &ranks.to_string(),
+            ])
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         command

@@ -67,9 +67,9 @@ fn three_processes_end_with_the_simulators_checksum() {
 
 #[test]
 fn six_processes_survive_kills_with_the_failure_free_checksum() {
-    survives_kills("ofi", || {
+    survives_kills("ofi", |ranks| {
         let mut command = Command::new(ftrun());
-        command.args(["-n", "6", "--"]);
+        command.args(["-n", &ranks.to_string(), "--"]);
         command
     });
 }

@@ -148,6 +148,52 @@ fn a_shrink_survives_two_failures_in_sequence_and_one_during_the_recovery() {
     survives(&["--kill", "1@17", "--kill", "3@0"], &[1, 3], 1);
 }
 
+/// A rebuild-mode job of 6 working ranks and `spares` spares with `kills`: the
+/// failure-free checksum, the ranks that died and the incarnations expected.
+fn rebuilds(spares: &str, kills: &[&str], dead: &[u32], generations: serde_json::Value) {
+    let base = [
+        "-n",
+        "6",
+        "--grid",
+        "48",
+        "--iterations",
+        "60",
+        "--checkpoint-every",
+        "8",
+        "--mode",
+        "rebuild",
+        "--spares",
+        spares,
+    ];
+    let args: Vec<&str> = base.iter().copied().chain(kills.iter().copied()).collect();
+    let json = run(&args);
+    assert_eq!(
+        json["checksum"],
+        serial_checksum(48, 60).as_str(),
+        "{args:?}: {json}"
+    );
+    assert_eq!(json["dead"], serde_json::json!(dead), "{args:?}: {json}");
+    assert_eq!(json["generations"], generations, "{args:?}: {json}");
+    assert_eq!(json["ranks"], 6, "the group keeps its size: {json}");
+}
+
+#[test]
+fn a_rebuild_gives_failed_ranks_to_spares_with_the_failure_free_checksum() {
+    rebuilds("1", &["--kill", "2@21"], &[2], serde_json::json!({"2": 1}));
+    // A node's block, its copies on the next node.
+    let block = ["--ranks-per-node", "2", "--kill", "2,3@13"];
+    rebuilds("2", &block, &[2, 3], serde_json::json!({"2": 1, "3": 1}));
+}
+
+#[test]
+fn a_rebuild_survives_the_same_rank_twice_and_a_failure_during_the_recovery() {
+    let twice = ["--kill", "1@9", "--kill", "1@40"];
+    rebuilds("2", &twice, &[1], serde_json::json!({"1": 2}));
+    // Rank 3 dies once the survivors agreed on rank 1, before they rebuilt.
+    let during = ["--kill", "1@17", "--kill", "3@0"];
+    rebuilds("2", &during, &[1, 3], serde_json::json!({"1": 1, "3": 1}));
+}
+
 #[test]
 fn a_lost_checkpoint_is_an_error_not_a_wrong_answer() {
     // Ranks 1 and 2 die together; with one rank per node, rank 1's copy is on rank 2.

@@ -223,6 +223,11 @@ pub fn prepare(cli: &Cli, group: u32) -> Result<Config, InputError> {
         return Err(InputError::KillEveryRank);
     }
     if cli.respawn {
+        return Err(InputError::Respawn(
+            "respawning a failed rank's process is not supported: use --spares K",
+        ));
+    }
+    if cli.respawn {
         if cli.backend == Backend::Sim {
             return Err(InputError::Respawn(
                 "a simulated group has no launcher to respawn from (use --spares)",

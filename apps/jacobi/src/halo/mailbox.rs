@@ -60,6 +60,19 @@ impl<'h> Mailbox<'h> {
         }
     }
 
+    /// The mailbox of a handle shared with others (a derived group's).
+    pub fn shared(handle: Arc<Runtime>, deadline: Instant) -> Self {
+        Mailbox {
+            handle: Handle::Shrunk(handle),
+            round: 0,
+            early: HashMap::new(),
+            failed: Vec::new(),
+            others: VecDeque::new(),
+            deadline,
+            dropped: 0,
+        }
+    }
+
     /// The handle.
     pub fn handle(&self) -> &Runtime {
         &self.handle
@@ -84,7 +97,9 @@ impl<'h> Mailbox<'h> {
         self.early.clear();
         self.failed.clear();
         self.others.clear();
-        self.next_round();
+        // A new group: its messages cannot be an earlier group's, and a rank that
+        // joins it (a rebuild's replacement) starts at round 0 too.
+        self.round = 0;
     }
 
     /// The current recovery round (0 before any failure).

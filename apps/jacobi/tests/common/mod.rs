@@ -63,10 +63,12 @@ pub fn sim_checksum(args: &[&str]) -> Value {
     report("ftjacobi -n 1", &out)["checksum"].clone()
 }
 
-/// Runs the kill cases of the real-backend tests: six ranks of `backend` started by
-/// `launcher()` (the launcher's command up to the program), each case ending with the
-/// simulator's checksum and exactly the killed ranks dead.
-pub fn survives_kills(backend: &str, launcher: impl Fn() -> Command) {
+/// Runs the kill cases of the real-backend tests: six working ranks of `backend`
+/// started by `launcher(ranks)` (the launcher's command up to the program, for
+/// `ranks` processes), each case ending with the simulator's checksum and exactly the
+/// killed ranks dead: four by shrinking, and three by rebuilding from two spares (the
+/// last two processes), with the incarnations expected.
+pub fn survives_kills(backend: &str, launcher: impl Fn(u32) -> Command) {
     let job = [
         "--grid",
         "96",
@@ -76,14 +78,31 @@ pub fn survives_kills(backend: &str, launcher: impl Fn() -> Command) {
         "10",
     ];
     let want = sim_checksum(&job);
-    let cases: [(&[&str], &[u32]); 4] = [
+    let shrink: [(&[&str], &[u32]); 4] = [
         (&["--kill", "2@25"], &[2]),
         (&["--ranks-per-node", "2", "--kill", "2,3@25"], &[2, 3]),
         (&["--kill", "1@15", "--kill", "4@50"], &[1, 4]),
         (&["--kill", "1@15", "--kill", "3@0"], &[1, 3]),
     ];
-    for (kills, dead) in cases {
-        let mut command = launcher();
+    let rebuild: [(&[&str], &[u32], serde_json::Value); 3] = [
+        (&["--kill", "2@25"], &[2], serde_json::json!({"2": 1})),
+        (
+            &["--kill", "1@15", "--kill", "1@50"],
+            &[1],
+            serde_json::json!({"1": 2}),
+        ),
+        (
+            &["--kill", "1@15", "--kill", "3@0"],
+            &[1, 3],
+            serde_json::json!({"1": 1, "3": 1}),
+        ),
+    ];
+    let cases = shrink
+        .iter()
+        .map(|(kills, dead)| (*kills, *dead, None, 6))
+        .chain(rebuild.iter().map(|(k, d, g)| (*k, *d, Some(g.clone()), 8)));
+    for (kills, dead, generations, ranks) in cases {
+        let mut command = launcher(ranks);
         command
             .arg(FTJACOBI)
             .args([
@@ -96,10 +115,16 @@ pub fn survives_kills(backend: &str, launcher: impl Fn() -> Command) {
             ])
             .args(job)
             .args(kills);
+        if ranks > 6 {
+            command.args(["--mode", "rebuild", "--spares", "2"]);
+        }
         let out = run_within(&mut command, Duration::from_secs(150));
         let json = report(&format!("{kills:?}"), &out);
         assert_eq!(json["checksum"], want, "{kills:?}: {json}");
         assert_eq!(json["dead"], serde_json::json!(dead), "{kills:?}: {json}");
         assert_eq!(json["ranks"], 6, "{json}");
+        if let Some(generations) = generations {
+            assert_eq!(json["generations"], generations, "{kills:?}: {json}");
+        }
     }
 }
