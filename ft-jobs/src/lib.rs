@@ -111,9 +111,10 @@ pub struct JobArgs {
     /// Slurm's `SLURM_NTASKS_PER_NODE`), else the detector's default span.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub ranks_per_node: Option<u32>,
-    /// Ranks to stall (`validate` only): after the first validation each stops its own
-    /// process (SIGSTOP) for `--stall-ms`, as a rank descheduled that long would be; the
-    /// ranks then validate again once the stall and a timeout have passed.
+    /// Ranks to stall (`validate` without `--threaded` only): after the first validation
+    /// and four periods, each stops its own process (SIGSTOP) for `--stall-ms`, as a
+    /// rank descheduled that long would be; the ranks then validate again once the
+    /// stall and a timeout have passed.
     #[arg(long, value_delimiter = ',', num_args = 1.., requires = "stall_ms", conflicts_with = "kill")]
     pub stall: Vec<Rank>,
     /// How long the stalled ranks stay stopped.
@@ -303,6 +304,9 @@ impl JobCommand {
         args.check(n)?;
         if !args.stall.is_empty() && !matches!(self, JobCommand::Validate { .. }) {
             return Err("--stall applies to the validate job".into());
+        }
+        if !args.stall.is_empty() && self.threaded() {
+            return Err("--stall applies to the validate job without --threaded".into());
         }
         match self {
             JobCommand::Validate { job, .. } => {
@@ -612,6 +616,10 @@ pub fn validate<T: JobTransport>(
     let mut validations = vec![validate_once(&mut driver, limit)?];
     let first_validation_ms = since_process_start_ms();
     if let Some(stall_ms) = args.stall_ms {
+        // First every watcher hears every rank it watches at least once (heartbeats go
+        // every period, on the long edge every other one), so a stall is judged by the
+        // steady timeout and not by the start-up grace of a rank never heard from.
+        run_watching(&mut driver, StdDuration::from_millis(4 * args.period_ms))?;
         // The stalled ranks stop; everyone validates again once the stall and a
         // detector timeout (plus two periods, for the last heartbeat and the notice)
         // have passed, so the last G is exactly the ranks declared during the stall.

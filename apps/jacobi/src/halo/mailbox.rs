@@ -19,8 +19,8 @@ use crate::strip::Side;
 pub enum Handle<'h> {
     /// The handle the rank was started with.
     Started(&'h Runtime),
-    /// A handle of a group shrunk from it.
-    Shrunk(Arc<Runtime>),
+    /// A handle of a group derived from it (shrunk, split off, rebuilt).
+    Derived(Arc<Runtime>),
 }
 
 impl std::ops::Deref for Handle<'_> {
@@ -29,7 +29,7 @@ impl std::ops::Deref for Handle<'_> {
     fn deref(&self) -> &Runtime {
         match self {
             Handle::Started(h) => h,
-            Handle::Shrunk(h) => h,
+            Handle::Derived(h) => h,
         }
     }
 }
@@ -49,21 +49,17 @@ pub struct Mailbox<'h> {
 impl<'h> Mailbox<'h> {
     /// The mailbox of `handle`, whose waits give up at `deadline`.
     pub fn new(handle: &'h Runtime, deadline: Instant) -> Self {
-        Mailbox {
-            handle: Handle::Started(handle),
-            round: 0,
-            early: HashMap::new(),
-            failed: Vec::new(),
-            others: VecDeque::new(),
-            deadline,
-            dropped: 0,
-        }
+        Mailbox::over(Handle::Started(handle), deadline)
     }
 
     /// The mailbox of a handle shared with others (a derived group's).
     pub fn shared(handle: Arc<Runtime>, deadline: Instant) -> Self {
+        Mailbox::over(Handle::Derived(handle), deadline)
+    }
+
+    fn over(handle: Handle<'h>, deadline: Instant) -> Self {
         Mailbox {
-            handle: Handle::Shrunk(handle),
+            handle,
             round: 0,
             early: HashMap::new(),
             failed: Vec::new(),
@@ -92,7 +88,7 @@ impl<'h> Mailbox<'h> {
     /// messages kept and the failures reported so far are dropped, and a new round
     /// starts.
     pub fn switch_to(&mut self, shrunk: Arc<Runtime>) {
-        self.handle = Handle::Shrunk(shrunk);
+        self.handle = Handle::Derived(shrunk);
         self.dropped += self.early.len() as u64;
         self.early.clear();
         self.failed.clear();
