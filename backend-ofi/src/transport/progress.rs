@@ -47,7 +47,7 @@ impl OfiTransport {
         Ok(())
     }
 
-    /// Waits at most `timeout` (and at most [`MAX_SREAD`]) for a completion, without the
+    /// Waits at most `timeout` (and at most 100 ms, `MAX_SREAD`) for a completion, without the
     /// CPU when the CQ has a wait object (`fi_cq_sread`, in whole milliseconds; a
     /// shorter wait, or frames parked for a retry, nap instead); it may return early. Completions it reads are handled as
     /// [`OfiTransport::try_recv`]'s are.
