@@ -227,16 +227,6 @@ pub fn prepare(cli: &Cli, group: u32) -> Result<Config, InputError> {
             "respawning a failed rank's process is not supported: use --spares K",
         ));
     }
-    if cli.respawn {
-        if cli.backend == Backend::Sim {
-            return Err(InputError::Respawn(
-                "a simulated group has no launcher to respawn from (use --spares)",
-            ));
-        }
-        if cli.mode == Mode::Shrink {
-            return Err(InputError::Respawn("it replaces ranks: use --mode rebuild"));
-        }
-    }
     if cli.mode == Mode::Shrink && cli.spares > 0 {
         return Err(InputError::SparesUnderShrink(cli.spares));
     }
@@ -366,22 +356,10 @@ mod tests {
             ),
             None
         );
-        assert_eq!(
-            check(
-                &[
-                    "--backend",
-                    "ofi",
-                    "--mode",
-                    "rebuild",
-                    "--respawn",
-                    "--kill",
-                    "0@1"
-                ],
-                3
-            ),
-            None
-        );
-        let cli = Cli::try_parse_from(["ftjacobi", "--spares", "2", "--grid", "6"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "ftjacobi", "--mode", "rebuild", "--spares", "2", "--grid", "6",
+        ])
+        .unwrap();
         let config = prepare(&cli, 6).unwrap();
         assert_eq!(
             (config.ranks, config.spares, config.ranks_per_node),
