@@ -614,6 +614,12 @@ fn an_idle_wait_ends_when_a_frame_arrives() {
                     got += 1;
                 }
             }
+            assert_eq!(
+                got,
+                1,
+                "rank {}: the peer's first frame never came",
+                t.rank()
+            );
             thread::sleep(Duration::from_millis(300));
             if t.rank() == 0 {
                 t.send(peer, b"wake up").expect("send");

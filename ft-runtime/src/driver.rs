@@ -6,7 +6,8 @@
 //! has, completes finished sends, and moves the machine's events to the driver's
 //! queue; a frame that gives the caller news (an event) ends the round there, with no
 //! further call into the transport, whose calls can cost a scheduling rotation on an
-//! oversubscribed node. [`Driver::run_until`] pumps until the caller's condition
+//! oversubscribed node, unless a timer is due: then the round first reads what has
+//! arrived, so a timeout is never judged with a heartbeat left unread. [`Driver::run_until`] pumps until the caller's condition
 //! holds, and does not pump at all if it holds already. When a pump
 //! finds nothing to do, the loop spins (yielding the CPU now and then) for a short window after the
 //! last frame or command, since an exchange in progress answers within microseconds,
@@ -62,6 +63,11 @@ pub const IDLE_SLEEP: StdDuration = StdDuration::from_micros(200);
 /// The longest one idle wait blocks in a transport that wakes on arrival (the machine
 /// may have no timer armed).
 const MAX_BLOCK: StdDuration = StdDuration::from_millis(100);
+
+/// The most frames one round reads past a frame with news when a timer is due
+/// ([`Driver::pump`]): enough for every frame that arrived since the last round, a
+/// bound should they keep coming faster than the machine takes them.
+const DRAIN_BEFORE_TIMER: usize = 4096;
 
 /// How long after its last frame or command an idle loop spins instead of sleeping,
 /// by default ([`Driver::set_idle`]).
@@ -258,7 +264,9 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
     /// clock once, and the round's other time checks reuse that read.
     ///
     /// A round stops receiving as soon as a frame gave the machine news for the caller
-    /// (an event), and leaves the transport's send progress to the next round, so the
+    /// (an event), unless the machine's timer is due (then it reads on until the
+    /// transport has nothing, at most `DRAIN_BEFORE_TIMER` frames, before the timer
+    /// fires), and leaves the transport's send progress to the next round, so the
     /// caller sees the news without another call into the transport. That call may
     /// cost a whole scheduling rotation: Open MPI's progress yields the CPU when it
     /// finds nothing to do on an oversubscribed node (`mpi_yield_when_idle`), and a
@@ -268,7 +276,13 @@ impl<P: Protocol, T: Transport> Driver<P, T> {
         let mut busy = false;
         let mut news = false;
         let now = self.tick();
-        while !news {
+        // A due timer is judged only once the frames that arrived before it are read:
+        // a heartbeat left unread behind a frame with news would let the detector
+        // declare a live rank.
+        let due = self.machine.poll_timeout().is_some_and(|t| t <= now);
+        let mut read = 0;
+        while !news || (due && read < DRAIN_BEFORE_TIMER) {
+            read += 1;
             let events = self.events.len();
             let machine = &mut self.machine;
             let mut place = |from, head: &[u8], len| machine.place_payload(now, from, head, len);

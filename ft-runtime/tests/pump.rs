@@ -1,5 +1,6 @@
 //! What one round of the driver does, over [`MemNet`] with a probe machine: a round
-//! stops receiving once a frame gave the caller news (an event), `run_until` returns
+//! stops receiving once a frame gave the caller news (an event), unless a timer is due
+//! (then every frame that arrived is read before it fires), `run_until` returns
 //! without pumping when its condition already holds, and a control frame followed by a
 //! frame with a payload to the same peer goes out in one call
 //! ([`Transport::send_then_parts`]), the two arriving as two frames in order; a head
@@ -19,12 +20,14 @@ use ft_runtime::{Bytes, Driver, MemNet, MemTransport, Received, Transport};
 type Out = (Rank, Vec<u8>, Option<Bytes>, Option<Promise>);
 
 /// Records the frames it gets; a frame starting with 1 is news (an event); sends what
-/// it is given.
+/// it is given; its one timer, if set, records how many frames it had got when it fired.
 #[derive(Default)]
 struct Probe {
     got: Vec<Vec<u8>>,
     events: VecDeque<u8>,
     out: VecDeque<Out>,
+    timer: Option<Instant>,
+    got_when_timer_fired: Option<usize>,
 }
 
 impl Protocol for Probe {
@@ -41,7 +44,12 @@ impl Protocol for Probe {
         }
         Ok(())
     }
-    fn handle_timeout(&mut self, _now: Instant) {}
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.timer.is_some_and(|t| t <= now) {
+            self.timer = None;
+            self.got_when_timer_fired = Some(self.got.len());
+        }
+    }
     fn poll_transmit(
         &mut self,
         _now: Instant,
@@ -74,7 +82,7 @@ impl Protocol for Probe {
         }))
     }
     fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.timer
     }
     fn poll_event(&mut self) -> Option<u8> {
         self.events.pop_front()
@@ -188,6 +196,26 @@ fn a_round_stops_receiving_once_a_frame_gave_news() {
     assert_eq!(driver.poll_event().map(|(_, e)| e), Some(1));
     assert!(driver.pump().unwrap());
     assert_eq!(driver.machine().got.len(), 3);
+}
+
+#[test]
+fn a_due_timer_fires_only_once_every_frame_that_arrived_was_read() {
+    // A detector's timeout judged with a heartbeat still unread behind a frame with
+    // news would declare a live rank.
+    let net = MemNet::new(2);
+    let mut peer = net.endpoint(1);
+    for frame in [[1, 9], [0, 7], [1, 8], [0, 6]] {
+        peer.send(0, &frame).unwrap();
+    }
+    let probe = Probe {
+        timer: Some(Instant::ZERO),
+        ..Probe::default()
+    };
+    let mut driver = Driver::new(probe, net.endpoint(0), WallInstant::now());
+    assert!(driver.pump().unwrap());
+    assert_eq!(driver.machine().got_when_timer_fired, Some(4));
+    assert_eq!(driver.poll_event().map(|(_, e)| e), Some(1));
+    assert_eq!(driver.poll_event().map(|(_, e)| e), Some(1));
 }
 
 #[test]

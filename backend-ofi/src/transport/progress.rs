@@ -20,12 +20,6 @@ const CQ_BATCH: usize = 16;
 /// The longest [`OfiTransport::wait`] naps while frames wait for a retry.
 const PARKED_NAP: Duration = Duration::from_micros(200);
 
-/// The longest one blocking CQ read waits ([`OfiTransport::wait`]): `fi_cq_sread` on
-/// `tcp;ofi_rxm` has missed a frame's arrival (it returned at its timeout, 60 s, with
-/// the frame waiting), so a wait blocks at most this long per read and a missed
-/// wake-up costs at most this much.
-const MAX_SREAD: Duration = Duration::from_millis(100);
-
 /// How often [`OfiTransport::progress`] looks for stalled posted sends.
 const STALL_SCAN: Duration = Duration::from_millis(100);
 
@@ -47,10 +41,10 @@ impl OfiTransport {
         Ok(())
     }
 
-    /// Waits at most `timeout` (and at most 100 ms, `MAX_SREAD`) for a completion, without the
-    /// CPU when the CQ has a wait object (`fi_cq_sread`, in whole milliseconds; a
-    /// shorter wait, or frames parked for a retry, nap instead); it may return early. Completions it reads are handled as
-    /// [`OfiTransport::try_recv`]'s are.
+    /// Waits at most `timeout` for a completion, without the CPU when the CQ has a wait
+    /// object (`fi_cq_sread`, in whole milliseconds; a shorter wait, or frames parked
+    /// for a retry, nap instead, then retry those frames). Completions it reads are
+    /// handled as [`OfiTransport::try_recv`]'s are.
     pub fn wait(&mut self, timeout: Duration) -> Result<(), OfiError> {
         if !self.arrived.is_empty() {
             return Ok(());
@@ -61,9 +55,15 @@ impl OfiTransport {
         if !self.waitable || millis == 0 || self.backlog_count > 0 || !self.reads_waiting.is_empty()
         {
             std::thread::sleep(timeout.min(PARKED_NAP));
+            // A caller that only waits and receives still gets its parked frames out.
+            if self.backlog_count > 0 {
+                for queue in 0..self.backlog.len() {
+                    self.flush_backlog(queue)?;
+                }
+            }
             return Ok(());
         }
-        let millis = c_int::try_from(millis.min(MAX_SREAD.as_millis())).unwrap_or(c_int::MAX);
+        let millis = c_int::try_from(millis).unwrap_or(c_int::MAX);
         let mut entries = [sys::fi_cq_data_entry::default(); CQ_BATCH];
         // SAFETY: as in `poll_cq`; no wait condition is passed.
         let ret = unsafe {
