@@ -69,6 +69,11 @@
 // the process must leave as a dead rank does.
 #define FT_ERR_DECLARED_DEAD 13
 
+// `ft_rebuild`: the agreed `G` holds more ranks than there are spares left to take
+// their numbers (`ft_split_spares`); nothing changed, and the handle keeps working
+// (`ft_shrink` still can).
+#define FT_ERR_NO_SPARES 14
+
 // Query scope: `L_i`, this rank's validated local view.
 #define FT_SCOPE_LOCAL 0
 
@@ -144,6 +149,17 @@
 // `ft_event.kind`: rank `rank` sent this rank `data` (`data_len` bytes) under `tag`
 // (`ft_send`); messages from one rank come in the order it sent them.
 #define FT_EVENT_MESSAGE 9
+
+// `ft_event.kind`: a spare took failed rank `rank`'s number in this rebuilt group
+// (`ft_rebuild`): it runs in its `generation`-th incarnation. The first events of a
+// rebuilt group's handle, one per rank replaced.
+#define FT_EVENT_REPLACED 10
+
+// `ft_event.kind`: this rank, a spare, was admitted into rebuilt group `group` as rank
+// `rank`, in its `generation`-th incarnation: take its handle with
+// `ft_admitted(h, group, &out)` on the handle the event came from. The new handle's
+// first event is this one too.
+#define FT_EVENT_ADMITTED 11
 
 // One rank's handle (opaque): its protocol stack on its own progress thread.
 typedef struct ft_handle ft_handle;
@@ -230,11 +246,17 @@ typedef struct ft_event {
   uint32_t tree;
   // The output (`OUTPUT_READY`).
   uint32_t output;
-  // The failed rank (`RANK_FAILED`), the revoking one (`REVOKED`) or the sender
-  // (`MESSAGE`).
+  // The failed rank (`RANK_FAILED`), the revoking one (`REVOKED`), the sender
+  // (`MESSAGE`), the rank replaced (`REPLACED`) or this rank's number in the rebuilt
+  // group (`ADMITTED`).
   uint32_t rank;
   // The validation's epoch (`VALIDATED`).
   uint32_t epoch;
+  // The incarnation `rank` runs in now (`REPLACED`, `ADMITTED`): 0 for the job's
+  // first process, one more for each spare that took the number since.
+  uint32_t generation;
+  // The rebuilt group this rank was admitted into, for `ft_admitted` (`ADMITTED`).
+  uint32_t group;
   // Why the broadcast failed, an `FT_ERR_*` code (`FAILED`).
   int error;
   // How many events were lost (`OVERFLOWED`).
@@ -343,14 +365,15 @@ int ft_open_mpi(MPI_Comm comm, uint32_t period_ms, uint32_t timeout_ms, struct f
 int ft_open_ofi_env(uint32_t period_ms, uint32_t timeout_ms, struct ft_handle **out);
 #endif
 
-// Closes and frees a handle from `ft_open_mpi`, `ft_open_ofi_env` or `ft_shrink`
-// (never one from `ft_sim_rank`): its communicator's stack stops, and the rank's
-// progress thread with it once the rank's last handle is closed. Not thread-safe: no
-// other call may use the handle, during or after.
+// Closes and frees a handle from `ft_open_mpi`, `ft_open_ofi_env`, `ft_shrink`,
+// `ft_split_spares`, `ft_rebuild` or `ft_admitted` (never one from `ft_sim_rank`): its
+// communicator's stack stops, and the rank's progress thread with it once the rank's
+// last handle is closed. Close a derived handle before the handle it came from. Not
+// thread-safe: no other call may use the handle, during or after.
 //
 // # Safety
-// `h` is null or an open handle from an `ft_open_*` call or `ft_shrink`, not used
-// again.
+// `h` is null or an open handle from an `ft_open_*` call, `ft_shrink`,
+// `ft_split_spares`, `ft_rebuild` or `ft_admitted`, not used again.
 int ft_close(struct ft_handle *h);
 
 // This rank and the communicator's size. Thread-safe; does not block.
@@ -455,6 +478,54 @@ int ft_shrink_rank(const struct ft_handle *h, uint32_t old_rank, uint32_t *new_r
 // # Safety
 // `h` is null or an open handle; `out` is null or valid for a write.
 int ft_shrink(const struct ft_handle *h, struct ft_handle **out);
+
+// Splits the handle's last `spares` ranks off as spares (before any failure, after
+// FT-MPI's *rebuild* mode): at a working rank, writes to `*out` a new handle on the
+// group of the first `size - spares` ranks, numbered as here, with an empty view and
+// its own failure detector, over the same connections; at a spare, writes null and
+// the rank keeps waiting on `h` for an `FT_EVENT_ADMITTED` (`ft_admitted`). The
+// working group keeps its size through failures: `ft_rebuild` gives a failed rank's
+// number to the next spare. Collective over the group: every rank calls it with the
+// same `spares` (one thread per rank). Keep `h` open at every rank while the split's
+// groups live (admissions travel over it); close the new handle with `ft_close`
+// before `h` (before `ft_sim_close`, for a simulated rank). `FT_ERR_REFUSED` if
+// `spares` leaves no working rank or the process made too many groups, and
+// `FT_ERR_DECLARED_DEAD` if this rank was declared dead. Thread-safe.
+//
+// # Safety
+// `h` is null or an open handle; `out` is null or valid for a write.
+int ft_split_spares(const struct ft_handle *h, uint32_t spares, struct ft_handle **out);
+
+// Rebuilds the handle's group (from `ft_split_spares`, or an earlier `ft_rebuild`)
+// after its last agreed `G`: writes to `*out` a new handle on a group of the same
+// size and numbering in which each rank of `G` runs on the next spare, in its next
+// incarnation (`ft_rank_info.generation`), with an empty view and its own failure
+// detector, over the same connections. The new handle's first events are one
+// `FT_EVENT_REPLACED` per rank replaced; each spare taken gets an
+// `FT_EVENT_ADMITTED` on the handle it waits on (`ft_admitted`). Collective over the
+// survivors: each calls it after the same `ft_validate_global`. A spare that dies is a
+// failure of the new group, replaced by the next rebuild. The old handle keeps
+// working; close the new one with `ft_close` before the old one. `FT_ERR_NO_SPARES`
+// if `G` holds more ranks than spares are left (nothing changed), `FT_ERR_REFUSED` if
+// the process made too many groups, and `FT_ERR_DECLARED_DEAD` if this rank was
+// declared dead. Thread-safe.
+//
+// # Safety
+// `h` is null or an open handle; `out` is null or valid for a write.
+int ft_rebuild(const struct ft_handle *h, struct ft_handle **out);
+
+// At a spare: writes to `*out` its handle on rebuilt group `group`, which it was
+// admitted into (the `group` of an `FT_EVENT_ADMITTED` on `h`, the handle it waits
+// on), as the failed rank's number in its next incarnation; null if that handle was
+// taken already (each admission gives one handle) or `group` is not a group this rank
+// was admitted into. The new handle's first event is the `FT_EVENT_ADMITTED` too. Not
+// collective: it does not wait for the group's other ranks. Keep `h` open while the
+// new handle lives; close the new one with `ft_close` first. `FT_ERR_DECLARED_DEAD` if
+// this rank was declared dead, `FT_ERR_STOPPED` if its handle stopped. Thread-safe.
+//
+// # Safety
+// `h` is null or an open handle; `out` is null or valid for a write.
+int ft_admitted(const struct ft_handle *h, uint32_t group, struct ft_handle **out);
 
 // Starts broadcast `key` with this rank as its root (the broadcast is (this rank,
 // `key`): keys are each root's own). Every destination receives the `header_len`

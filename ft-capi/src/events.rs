@@ -46,6 +46,15 @@ pub const FT_EVENT_OVERFLOWED: u32 = 8;
 /// `ft_event.kind`: rank `rank` sent this rank `data` (`data_len` bytes) under `tag`
 /// (`ft_send`); messages from one rank come in the order it sent them.
 pub const FT_EVENT_MESSAGE: u32 = 9;
+/// `ft_event.kind`: a spare took failed rank `rank`'s number in this rebuilt group
+/// (`ft_rebuild`): it runs in its `generation`-th incarnation. The first events of a
+/// rebuilt group's handle, one per rank replaced.
+pub const FT_EVENT_REPLACED: u32 = 10;
+/// `ft_event.kind`: this rank, a spare, was admitted into rebuilt group `group` as rank
+/// `rank`, in its `generation`-th incarnation: take its handle with
+/// `ft_admitted(h, group, &out)` on the handle the event came from. The new handle's
+/// first event is this one too.
+pub const FT_EVENT_ADMITTED: u32 = 11;
 
 /// One event (see `FT_EVENT_*` for which fields each kind sets; the others are 0 or
 /// null). The arrays stay valid until `ft_event_done`.
@@ -63,11 +72,17 @@ pub struct ft_event {
     pub tree: u32,
     /// The output (`OUTPUT_READY`).
     pub output: u32,
-    /// The failed rank (`RANK_FAILED`), the revoking one (`REVOKED`) or the sender
-    /// (`MESSAGE`).
+    /// The failed rank (`RANK_FAILED`), the revoking one (`REVOKED`), the sender
+    /// (`MESSAGE`), the rank replaced (`REPLACED`) or this rank's number in the rebuilt
+    /// group (`ADMITTED`).
     pub rank: u32,
     /// The validation's epoch (`VALIDATED`).
     pub epoch: u32,
+    /// The incarnation `rank` runs in now (`REPLACED`, `ADMITTED`): 0 for the job's
+    /// first process, one more for each spare that took the number since.
+    pub generation: u32,
+    /// The rebuilt group this rank was admitted into, for `ft_admitted` (`ADMITTED`).
+    pub group: u32,
     /// Why the broadcast failed, an `FT_ERR_*` code (`FAILED`).
     pub error: c_int,
     /// How many events were lost (`OVERFLOWED`).
@@ -114,6 +129,8 @@ impl ft_event {
             output: 0,
             rank: 0,
             epoch: 0,
+            generation: 0,
+            group: 0,
             error: 0,
             dropped: 0,
             outputs: std::ptr::null(),
@@ -232,6 +249,22 @@ fn event_of(event: Event) -> ft_event {
             let mut ev = ft_event::empty(FT_EVENT_MESSAGE);
             (ev.rank, ev.tag) = (from, tag);
             (ev.data, ev.data_len) = ev.hold(bytes);
+            ev
+        }
+        Event::Replaced { rank, generation } => {
+            let mut ev = ft_event::empty(FT_EVENT_REPLACED);
+            (ev.rank, ev.generation) = (rank, generation);
+            ev
+        }
+        Event::Admitted {
+            group,
+            rank,
+            generation,
+        } => {
+            let mut ev = ft_event::empty(FT_EVENT_ADMITTED);
+            // Group ids are small (a process makes a bounded number of groups).
+            ev.group = count(group);
+            (ev.rank, ev.generation) = (rank, generation);
             ev
         }
         Event::Overflowed { dropped } => {

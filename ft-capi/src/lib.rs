@@ -68,6 +68,10 @@ pub const FT_ERR_INTERNAL: c_int = 12;
 /// it, and its handle stopped for good (fail-stop): the survivors go on without it, so
 /// the process must leave as a dead rank does.
 pub const FT_ERR_DECLARED_DEAD: c_int = 13;
+/// `ft_rebuild`: the agreed `G` holds more ranks than there are spares left to take
+/// their numbers (`ft_split_spares`); nothing changed, and the handle keeps working
+/// (`ft_shrink` still can).
+pub const FT_ERR_NO_SPARES: c_int = 14;
 
 /// Query scope: `L_i`, this rank's validated local view.
 pub const FT_SCOPE_LOCAL: c_int = 0;
@@ -174,6 +178,7 @@ fn code_of(e: &RuntimeError) -> c_int {
         RuntimeError::DeclaredDead { .. } | RuntimeError::Excluded { .. } => FT_ERR_DECLARED_DEAD,
         RuntimeError::Stopped(_) => FT_ERR_STOPPED,
         RuntimeError::Group(ft::GroupError::Stopped) => FT_ERR_DECLARED_DEAD,
+        RuntimeError::Group(ft::GroupError::NoSpares { .. }) => FT_ERR_NO_SPARES,
         RuntimeError::Group(_) => FT_ERR_REFUSED,
         _ => FT_ERR_INTERNAL,
     }
@@ -241,6 +246,7 @@ pub extern "C" fn ft_strerror(code: c_int) -> *const c_char {
         FT_ERR_BACKEND => b"the backend could not open the rank\0",
         FT_ERR_INTERNAL => b"internal error (a bug in the library)\0",
         FT_ERR_DECLARED_DEAD => b"this rank was declared dead by its peers and stopped for good (fail-stop)\0",
+        FT_ERR_NO_SPARES => b"no spare left to rebuild from: more ranks failed than spares remain\0",
         _ => b"unknown error code\0",
     };
     text.as_ptr().cast()
@@ -396,14 +402,15 @@ pub unsafe extern "C" fn ft_open_ofi_env(
     })
 }
 
-/// Closes and frees a handle from `ft_open_mpi`, `ft_open_ofi_env` or `ft_shrink`
-/// (never one from `ft_sim_rank`): its communicator's stack stops, and the rank's
-/// progress thread with it once the rank's last handle is closed. Not thread-safe: no
-/// other call may use the handle, during or after.
+/// Closes and frees a handle from `ft_open_mpi`, `ft_open_ofi_env`, `ft_shrink`,
+/// `ft_split_spares`, `ft_rebuild` or `ft_admitted` (never one from `ft_sim_rank`): its
+/// communicator's stack stops, and the rank's progress thread with it once the rank's
+/// last handle is closed. Close a derived handle before the handle it came from. Not
+/// thread-safe: no other call may use the handle, during or after.
 ///
 /// # Safety
-/// `h` is null or an open handle from an `ft_open_*` call or `ft_shrink`, not used
-/// again.
+/// `h` is null or an open handle from an `ft_open_*` call, `ft_shrink`,
+/// `ft_split_spares`, `ft_rebuild` or `ft_admitted`, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ft_close(h: *mut ft_handle) -> c_int {
     // SAFETY: a handle from `boxed`, given back once (the contract).
@@ -690,5 +697,99 @@ pub unsafe extern "C" fn ft_shrink(h: *const ft_handle, out: *mut *mut ft_handle
         let shrunk = unsafe { runtime(h) }?.shrink().map_err(|e| code_of(&e))?;
         // SAFETY: checked non-null.
         unsafe { put(out, boxed(shrunk)) }
+    })
+}
+
+/// Splits the handle's last `spares` ranks off as spares (before any failure, after
+/// FT-MPI's *rebuild* mode): at a working rank, writes to `*out` a new handle on the
+/// group of the first `size - spares` ranks, numbered as here, with an empty view and
+/// its own failure detector, over the same connections; at a spare, writes null and
+/// the rank keeps waiting on `h` for an `FT_EVENT_ADMITTED` (`ft_admitted`). The
+/// working group keeps its size through failures: `ft_rebuild` gives a failed rank's
+/// number to the next spare. Collective over the group: every rank calls it with the
+/// same `spares` (one thread per rank). Keep `h` open at every rank while the split's
+/// groups live (admissions travel over it); close the new handle with `ft_close`
+/// before `h` (before `ft_sim_close`, for a simulated rank). `FT_ERR_REFUSED` if
+/// `spares` leaves no working rank or the process made too many groups, and
+/// `FT_ERR_DECLARED_DEAD` if this rank was declared dead. Thread-safe.
+///
+/// # Safety
+/// `h` is null or an open handle; `out` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn ft_split_spares(
+    h: *const ft_handle,
+    spares: u32,
+    out: *mut *mut ft_handle,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(FT_ERR_ARG);
+        }
+        // SAFETY: the caller's contract.
+        let team = unsafe { runtime(h) }?
+            .split_spares(spares)
+            .map_err(|e| code_of(&e))?;
+        // SAFETY: checked non-null.
+        unsafe { put(out, team.map_or(std::ptr::null_mut(), boxed)) }
+    })
+}
+
+/// Rebuilds the handle's group (from `ft_split_spares`, or an earlier `ft_rebuild`)
+/// after its last agreed `G`: writes to `*out` a new handle on a group of the same
+/// size and numbering in which each rank of `G` runs on the next spare, in its next
+/// incarnation (`ft_rank_info.generation`), with an empty view and its own failure
+/// detector, over the same connections. The new handle's first events are one
+/// `FT_EVENT_REPLACED` per rank replaced; each spare taken gets an
+/// `FT_EVENT_ADMITTED` on the handle it waits on (`ft_admitted`). Collective over the
+/// survivors: each calls it after the same `ft_validate_global`. A spare that dies is a
+/// failure of the new group, replaced by the next rebuild. The old handle keeps
+/// working; close the new one with `ft_close` before the old one. `FT_ERR_NO_SPARES`
+/// if `G` holds more ranks than spares are left (nothing changed), `FT_ERR_REFUSED` if
+/// the process made too many groups, and `FT_ERR_DECLARED_DEAD` if this rank was
+/// declared dead. Thread-safe.
+///
+/// # Safety
+/// `h` is null or an open handle; `out` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn ft_rebuild(h: *const ft_handle, out: *mut *mut ft_handle) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(FT_ERR_ARG);
+        }
+        // SAFETY: the caller's contract.
+        let rebuilt = unsafe { runtime(h) }?.rebuild().map_err(|e| code_of(&e))?;
+        // SAFETY: checked non-null.
+        unsafe { put(out, boxed(rebuilt)) }
+    })
+}
+
+/// At a spare: writes to `*out` its handle on rebuilt group `group`, which it was
+/// admitted into (the `group` of an `FT_EVENT_ADMITTED` on `h`, the handle it waits
+/// on), as the failed rank's number in its next incarnation; null if that handle was
+/// taken already (each admission gives one handle) or `group` is not a group this rank
+/// was admitted into. The new handle's first event is the `FT_EVENT_ADMITTED` too. Not
+/// collective: it does not wait for the group's other ranks. Keep `h` open while the
+/// new handle lives; close the new one with `ft_close` first. `FT_ERR_DECLARED_DEAD` if
+/// this rank was declared dead, `FT_ERR_STOPPED` if its handle stopped. Thread-safe.
+///
+/// # Safety
+/// `h` is null or an open handle; `out` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn ft_admitted(
+    h: *const ft_handle,
+    group: u32,
+    out: *mut *mut ft_handle,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(FT_ERR_ARG);
+        }
+        let group = usize::try_from(group).map_err(|_| FT_ERR_ARG)?;
+        // SAFETY: the caller's contract.
+        let handle = unsafe { runtime(h) }?
+            .admitted(group)
+            .map_err(|e| code_of(&e))?;
+        // SAFETY: checked non-null.
+        unsafe { put(out, handle.map_or(std::ptr::null_mut(), boxed)) }
     })
 }

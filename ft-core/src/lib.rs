@@ -33,6 +33,7 @@ pub mod messages;
 pub mod node;
 pub mod rank;
 pub mod rankset;
+pub mod rebuild;
 pub mod rng;
 pub mod shrink;
 pub mod time;

@@ -5,7 +5,9 @@
 //! "just before the k-th send" of a rank or at a time, and a detector that tells every
 //! survivor about each crash after a random delay (eventual strong completeness, no
 //! false suspicion unless a scenario asks for it). After each run it checks uniform
-//! agreement, knowledge, validity, termination within the documented bound, and epochs.
+//! agreement, knowledge, validity, termination within the documented bound, epochs,
+//! and that the admissions of a rebuild after each epoch ([`ft_core::rebuild`]) are the
+//! same at every rank that returned.
 //!
 //! Scenarios run either path of round 0: the two-sweep fast path (the default up to
 //! [`DEFAULT_SWEEP_LIMIT`] participants) or the tree round (`sweep_limit: 0`), and one
@@ -17,6 +19,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant as WallClock;
 
 use ft_core::agreement::{Agreement, Config, Event, DEFAULT_SWEEP_LIMIT};
+use ft_core::rebuild::{self, Admitted};
 use ft_core::wire::{frame_capacity, FrameKind, Header};
 use ft_core::{BufferTooShort, FrameError, Instant, Protocol, Rank, RankSet, SplitMix};
 
@@ -75,6 +78,9 @@ struct Scenario {
     mutation: bool,
     /// Remove the sweeps' exclusion check (mutation test).
     exclusion_mutation: bool,
+    /// Admit replacements for the rank's local view at the call instead of the agreed
+    /// `G` (mutation test of the admission rule).
+    admission_mutation: bool,
     /// `(victim, knowers)`: `victim` dies at time 0 and each rank of `knowers` is told at
     /// time 0, before its call; the others hear of it through the detector as usual.
     known_at_call: Vec<(Rank, Vec<Rank>)>,
@@ -95,6 +101,7 @@ impl Scenario {
             sweep_limit: DEFAULT_SWEEP_LIMIT,
             mutation: false,
             exclusion_mutation: false,
+            admission_mutation: false,
             known_at_call: Vec::new(),
         }
     }
@@ -413,6 +420,55 @@ impl Sim {
         self.out
     }
 
+    /// Admissions: every rank that returned rebuilds after each epoch by
+    /// [`ft_core::rebuild`]'s rule, replacing the ranks its `G` added (from `n` spares,
+    /// numbered `n..2n`, generations carried over the epochs); every rank that returned
+    /// an epoch must admit the same spares for the same ranks in the same incarnations.
+    fn check_admissions(&mut self) {
+        let n = self.sc.n;
+        let mut admitted: Vec<BTreeMap<u32, Vec<Admitted>>> = vec![BTreeMap::new(); n as usize];
+        for r in 0..n as usize {
+            let mut spares: Vec<Rank> = (n..2 * n).collect();
+            let mut generations = vec![0u32; n as usize];
+            let mut replaced = RankSet::new(n);
+            for epoch in 1..=self.sc.epochs {
+                let Some((g, _)) = self.decisions[r].get(&epoch) else {
+                    break;
+                };
+                let basis = if self.sc.admission_mutation {
+                    self.contributions[r].get(&epoch).unwrap_or(g)
+                } else {
+                    g
+                };
+                let mut failed = basis.clone();
+                failed.difference_with(&replaced);
+                let rule = rebuild::admissions(&failed, &spares, &generations)
+                    .expect("n spares for at most n failures");
+                for a in &rule.admitted {
+                    generations[a.rank as usize] = a.generation;
+                    replaced.insert(a.rank);
+                }
+                spares = rule.spares_left;
+                admitted[r].insert(epoch, rule.admitted);
+            }
+        }
+        for epoch in 1..=self.sc.epochs {
+            let mut first: Option<(usize, &Vec<Admitted>)> = None;
+            for (r, by_epoch) in admitted.iter().enumerate() {
+                let Some(these) = by_epoch.get(&epoch) else {
+                    continue;
+                };
+                match first {
+                    None => first = Some((r, these)),
+                    Some((q, other)) if other != these => self.fail(format!(
+                        "admission: epoch {epoch}: rank {r} admitted {these:?}, rank {q} {other:?}"
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+
     /// Checks every property on the finished run.
     fn check(&mut self) {
         let n = self.sc.n;
@@ -539,6 +595,10 @@ impl Sim {
             if ratio > self.out.worst_ratio {
                 self.out.worst_ratio = ratio;
             }
+        }
+        // After agreement: admissions are uniform because `G` is.
+        if self.sc.false_suspicions.is_empty() {
+            self.check_admissions();
         }
     }
 }
@@ -1146,6 +1206,42 @@ fn without_the_exclusion_check_some_schedule_breaks() {
     );
     let mut fixed = sc;
     fixed.exclusion_mutation = false;
+    run_counting(fixed);
+}
+
+/// The mutation of the admission rule: a rank that admits replacements for its own
+/// view at the call (`L_i`) instead of the agreed `G` breaks the uniformity of
+/// admissions once a death is known at the call by some ranks only; with the rule on
+/// `G`, the same schedule admits alike everywhere.
+#[test]
+fn admitting_by_the_local_view_breaks_uniform_admissions() {
+    let mut found: Option<(Scenario, String)> = None;
+    let previous_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let cases = known_at_call_schedules(false, |mut sc| {
+        sc.admission_mutation = true;
+        let kept = sc.clone();
+        match std::panic::catch_unwind(|| run_counting(sc).1) {
+            Ok(happened) => Some(happened.first().copied().unwrap_or(true)),
+            Err(payload) => {
+                let text = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_default();
+                found = Some((kept, text));
+                None
+            }
+        }
+    });
+    std::panic::set_hook(previous_hook);
+    let (sc, text) = found.expect("the admission mutation survived every schedule");
+    eprintln!("admission mutation caught after {cases} schedules: {text}");
+    assert!(
+        text.starts_with("admission:"),
+        "unexpected violation under the admission mutation: {text}\n{sc:?}"
+    );
+    let mut fixed = sc;
+    fixed.admission_mutation = false;
     run_counting(fixed);
 }
 

@@ -31,7 +31,8 @@
 //! - a rebuilt group keeps its parent's size and numbering; a rank's incarnation
 //!   (`RankInfo::generation`) grows by one each time a spare takes its number; the
 //!   spares are taken in the order of the split, the one for the lowest rank of `G`
-//!   first, so every survivor of the same `G` builds the same group. Frames of a
+//!   first ([`ft_core::rebuild`]'s rule), so every survivor of the same `G` builds the
+//!   same group. Frames of a
 //!   replaced incarnation cannot reach the rebuilt group: it has its own
 //!   communicator id.
 //!
@@ -45,6 +46,7 @@ use std::fmt;
 
 use ft_bcast::{RankStack, StackEvent};
 use ft_core::node::NodeEvent;
+use ft_core::rebuild;
 use ft_core::rng::SplitMix;
 use ft_core::shrink::Survivors;
 use ft_core::{
@@ -405,22 +407,22 @@ impl Groups {
         let group = self.derivable(parent)?;
         let view = group.stack.node().view();
         let (epoch, me, n) = (view.epoch(Scope::Global), view.rank(), group.size());
-        let failed: Vec<Rank> = view.global().iter().collect();
-        if failed.len() > group.spares.len() {
-            return Err(GroupError::NoSpares {
-                needed: failed.len() as u32,
-                left: group.spares.len() as u32,
-            });
-        }
         let mut ranks = group.map.transport_ranks(n);
         let mut generations: Vec<u32> = (0..n).map(|r| group.generation(r)).collect();
-        let mut replaced = Vec::with_capacity(failed.len());
-        for (&rank, &spare) in failed.iter().zip(&group.spares) {
-            ranks[rank as usize] = spare;
-            generations[rank as usize] += 1;
-            replaced.push((rank, generations[rank as usize]));
+        let rule =
+            rebuild::admissions(view.global(), &group.spares, &generations).map_err(|e| {
+                GroupError::NoSpares {
+                    needed: e.needed,
+                    left: e.left,
+                }
+            })?;
+        let mut replaced = Vec::with_capacity(rule.admitted.len());
+        for admitted in &rule.admitted {
+            ranks[admitted.rank as usize] = admitted.spare;
+            generations[admitted.rank as usize] = admitted.generation;
+            replaced.push((admitted.rank, admitted.generation));
         }
-        let spares = group.spares[failed.len()..].to_vec();
+        let spares = rule.spares_left;
         let comm = self.next_comm(parent, epoch)?;
         let admission = Admission {
             comm,
