@@ -427,7 +427,7 @@ impl Sim {
     fn check_admissions(&mut self) {
         let n = self.sc.n;
         let mut admitted: Vec<BTreeMap<u32, Vec<Admitted>>> = vec![BTreeMap::new(); n as usize];
-        for r in 0..n as usize {
+        for (r, admitted_here) in admitted.iter_mut().enumerate() {
             let mut spares: Vec<Rank> = (n..2 * n).collect();
             let mut generations = vec![0u32; n as usize];
             let mut replaced = RankSet::new(n);
@@ -449,7 +449,7 @@ impl Sim {
                     replaced.insert(a.rank);
                 }
                 spares = rule.spares_left;
-                admitted[r].insert(epoch, rule.admitted);
+                admitted_here.insert(epoch, rule.admitted);
             }
         }
         for epoch in 1..=self.sc.epochs {
