@@ -25,6 +25,7 @@
 
 #include "ft.h"
 #include "check.h"
+#include "validation.h"
 
 #define RANKS 6
 #define SPARES 2
@@ -39,18 +40,6 @@ struct split {
 static void *split_spares(void *arg) {
     struct split *s = arg;
     s->rc = ft_split_spares(s->h, SPARES, &s->team);
-    return NULL;
-}
-
-struct validation {
-    ft_handle *h;
-    uint32_t num_failed, num_new;
-    int rc;
-};
-
-static void *validate_global(void *arg) {
-    struct validation *v = arg;
-    v->rc = ft_validate_global(v->h, &v->num_failed, &v->num_new);
     return NULL;
 }
 

@@ -27,6 +27,7 @@
 
 #include "ft.h"
 #include "check.h"
+#include "validation.h"
 
 #define RANKS 5
 #define VICTIM 4
@@ -38,18 +39,6 @@ static atomic_int releases;
 static void count_release(void *arg, const uint8_t *data, uint64_t bytes) {
     assert(arg == data && bytes == 200000);
     atomic_fetch_add(&releases, 1);
-}
-
-struct validation {
-    ft_handle *h;
-    uint32_t num_failed, num_new;
-    int rc;
-};
-
-static void *validate_global(void *arg) {
-    struct validation *v = arg;
-    v->rc = ft_validate_global(v->h, &v->num_failed, &v->num_new);
-    return NULL;
 }
 
 /* The next event of `h` (waiting at most 20 s), which must be of kind `kind`. Hand it to

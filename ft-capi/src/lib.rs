@@ -350,6 +350,29 @@ fn boxed(runtime: Runtime) -> *mut ft_handle {
     Box::into_raw(Box::new(runtime)).cast::<ft_handle>()
 }
 
+/// Runs `open` (a call that makes a handle on a new group: shrink, split, rebuild,
+/// admission) on the runtime behind `h` and writes the handle it made, or null for
+/// `None`, through `out`. A null `out` is `FT_ERR_ARG` before `open` runs, so no group
+/// is made whose handle nobody could close.
+///
+/// # Safety
+/// `h` is null or an open handle; `out` is null or valid for a write.
+unsafe fn open_group(
+    h: *const ft_handle,
+    out: *mut *mut ft_handle,
+    open: impl FnOnce(&Runtime) -> Result<Option<Runtime>, RuntimeError>,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(FT_ERR_ARG);
+        }
+        // SAFETY: the caller's contract.
+        let handle = open(unsafe { runtime(h) }?).map_err(|e| code_of(&e))?;
+        // SAFETY: checked non-null.
+        unsafe { put(out, handle.map_or(std::ptr::null_mut(), boxed)) }
+    })
+}
+
 /// Opens this process's rank of the application's communicator `comm` (collective:
 /// every rank of `comm` calls it; the library duplicates `comm`). MPI must be
 /// initialized with `MPI_THREAD_SERIALIZED` or more (`MPI_THREAD_MULTIPLE` if
@@ -689,15 +712,8 @@ pub unsafe extern "C" fn ft_shrink_rank(
 /// `h` is null or an open handle; `out` is null or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn ft_shrink(h: *const ft_handle, out: *mut *mut ft_handle) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return Err(FT_ERR_ARG);
-        }
-        // SAFETY: the caller's contract.
-        let shrunk = unsafe { runtime(h) }?.shrink().map_err(|e| code_of(&e))?;
-        // SAFETY: checked non-null.
-        unsafe { put(out, boxed(shrunk)) }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { open_group(h, out, |runtime| runtime.shrink().map(Some)) }
 }
 
 /// Splits the handle's last `spares` ranks off as spares (before any failure, after
@@ -721,17 +737,8 @@ pub unsafe extern "C" fn ft_split_spares(
     spares: u32,
     out: *mut *mut ft_handle,
 ) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return Err(FT_ERR_ARG);
-        }
-        // SAFETY: the caller's contract.
-        let team = unsafe { runtime(h) }?
-            .split_spares(spares)
-            .map_err(|e| code_of(&e))?;
-        // SAFETY: checked non-null.
-        unsafe { put(out, team.map_or(std::ptr::null_mut(), boxed)) }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { open_group(h, out, |runtime| runtime.split_spares(spares)) }
 }
 
 /// Rebuilds the handle's group (from `ft_split_spares`, or an earlier `ft_rebuild`)
@@ -752,15 +759,8 @@ pub unsafe extern "C" fn ft_split_spares(
 /// `h` is null or an open handle; `out` is null or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn ft_rebuild(h: *const ft_handle, out: *mut *mut ft_handle) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return Err(FT_ERR_ARG);
-        }
-        // SAFETY: the caller's contract.
-        let rebuilt = unsafe { runtime(h) }?.rebuild().map_err(|e| code_of(&e))?;
-        // SAFETY: checked non-null.
-        unsafe { put(out, boxed(rebuilt)) }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { open_group(h, out, |runtime| runtime.rebuild().map(Some)) }
 }
 
 /// At a spare: writes to `*out` its handle on rebuilt group `group`, which it was
@@ -780,16 +780,9 @@ pub unsafe extern "C" fn ft_admitted(
     group: u32,
     out: *mut *mut ft_handle,
 ) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return Err(FT_ERR_ARG);
-        }
-        let group = usize::try_from(group).map_err(|_| FT_ERR_ARG)?;
-        // SAFETY: the caller's contract.
-        let handle = unsafe { runtime(h) }?
-            .admitted(group)
-            .map_err(|e| code_of(&e))?;
-        // SAFETY: checked non-null.
-        unsafe { put(out, handle.map_or(std::ptr::null_mut(), boxed)) }
-    })
+    let Ok(group) = usize::try_from(group) else {
+        return FT_ERR_ARG;
+    };
+    // SAFETY: the caller's contract.
+    unsafe { open_group(h, out, |runtime| runtime.admitted(group)) }
 }

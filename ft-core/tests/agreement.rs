@@ -685,6 +685,18 @@ fn run_counting(sc: Scenario) -> (Outcome, Vec<bool>) {
     (sim.out, happened)
 }
 
+/// Runs `sc` as [`run_counting`] does, with a violation (the checker's panic) caught
+/// and returned as its message; for the mutation tests, which run with the panic hook
+/// silenced.
+fn violation_of(sc: Scenario) -> Result<Vec<bool>, String> {
+    std::panic::catch_unwind(|| run_counting(sc).1).map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default()
+    })
+}
+
 /// Timing seeds per kill configuration (each gives other delays, hence other orders).
 const EXHAUSTIVE_SEEDS: u64 = if cfg!(debug_assertions) { 3 } else { 8 };
 
@@ -1140,13 +1152,9 @@ fn without_the_fallback_rule_agreement_breaks() {
             return Vec::new();
         }
         let kept = sc.clone();
-        match std::panic::catch_unwind(|| run_counting(sc).1) {
+        match violation_of(sc) {
             Ok(happened) => happened,
-            Err(payload) => {
-                let text = payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_default();
+            Err(text) => {
                 found = Some((kept, text));
                 Vec::new()
             }
@@ -1182,13 +1190,9 @@ fn without_the_exclusion_check_some_schedule_breaks() {
     std::panic::set_hook(Box::new(|_| {}));
     let cases = known_at_call_schedules(true, |sc| {
         let kept = sc.clone();
-        match std::panic::catch_unwind(|| run_counting(sc).1) {
+        match violation_of(sc) {
             Ok(happened) => Some(happened.first().copied().unwrap_or(true)),
-            Err(payload) => {
-                let text = payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_default();
+            Err(text) => {
                 if SAFETY.iter().any(|p| text.starts_with(p)) {
                     safety += 1;
                 } else {
@@ -1221,13 +1225,9 @@ fn admitting_by_the_local_view_breaks_uniform_admissions() {
     let cases = known_at_call_schedules(false, |mut sc| {
         sc.admission_mutation = true;
         let kept = sc.clone();
-        match std::panic::catch_unwind(|| run_counting(sc).1) {
+        match violation_of(sc) {
             Ok(happened) => Some(happened.first().copied().unwrap_or(true)),
-            Err(payload) => {
-                let text = payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_default();
+            Err(text) => {
                 found = Some((kept, text));
                 None
             }
