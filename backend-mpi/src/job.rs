@@ -66,6 +66,7 @@ impl JobTransport for MpiTransport {
             ("heads_sent_early", s.heads_sent_early),
             ("heads_received_early", s.heads_received_early),
             ("withdrawn", s.withdrawn),
+            ("completed_pending", s.completed_pending),
         ]
     }
     fn saw_failure(&self) -> bool {

@@ -534,7 +534,8 @@ pub fn await_death<T: Transport>(
 }
 
 /// [`await_death`] on a [`Runtime`]: polls the published view (`L_i` and what is
-/// pending) until it holds every rank of `dead`.
+/// pending) until it holds every rank of `dead`; fails with the reason as soon as the
+/// progress thread stops (its view would never change again).
 pub fn await_death_threaded(
     runtime: &Runtime,
     dead: &[Rank],
@@ -542,6 +543,9 @@ pub fn await_death_threaded(
 ) -> Result<(), String> {
     let since = WallInstant::now();
     loop {
+        if let Some(e) = runtime.stopped() {
+            return Err(e.to_string());
+        }
         let view = runtime.view();
         if dead
             .iter()

@@ -131,6 +131,11 @@ impl<C, O, S> Shared<C, O, S> {
         }
     }
 
+    /// Why the progress thread ended, once it has (submissions fail with it).
+    pub(crate) fn closed(&self) -> Option<Stopped> {
+        self.lock().closed.clone()
+    }
+
     /// The latest published snapshot and its version (0 for the initial one).
     pub(crate) fn snapshot(&self) -> (u64, Arc<S>) {
         let state = self.lock();

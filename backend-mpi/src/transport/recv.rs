@@ -28,6 +28,11 @@
 //! With the `ulfm` feature, a receive that cannot match because a process died stays
 //! posted until the failures are acknowledged (`super::failures`); one matched to a
 //! sender that died during the transfer loses its frame, and its slot is re-posted.
+//! Open MPI 5 may report a receive that was found pending once, and then matched and
+//! completed, as `MPI_ERR_PROC_FAILED_PENDING` with its completion flag set, at every
+//! test from then on, and keeps the request: such a receive is taken as completed
+//! ([`is_stale_pending`]; [`TransportStats::completed_pending`] counts them), or the
+//! ring's head would never move again and the rank would hear no peer.
 
 use std::os::raw::{c_int, c_void};
 
@@ -218,7 +223,15 @@ impl MpiTransport {
             // writes the flag and the status, and nulls a completed request.
             let code =
                 unsafe { ffi::MPI_Test(&mut self.ring.requests[head], &mut flag, &mut status) };
-            if code == ffi::MPI_SUCCESS as c_int {
+            let completed_pending = flag != 0 && is_stale_pending(code);
+            if completed_pending {
+                // Completed, yet reported pending (Open MPI): MPI keeps the request;
+                // the frame is here all the same.
+                self.free_failed_recv(head);
+                self.stats.completed_pending += 1;
+                self.ack_failures()?;
+            }
+            if code == ffi::MPI_SUCCESS as c_int || completed_pending {
                 if flag == 0 {
                     return Ok(None);
                 }
@@ -338,4 +351,12 @@ impl MpiTransport {
             unsafe { ffi::MPI_Request_free(request) };
         }
     }
+}
+
+/// Whether a test whose completion flag is set but whose code is
+/// `MPI_ERR_PROC_FAILED_PENDING` (with the `ulfm` feature) is a completed receive: the
+/// status's source and count describe what landed in the buffer (see the [module
+/// docs](self)).
+fn is_stale_pending(code: c_int) -> bool {
+    cfg!(feature = "ulfm") && error_class(code) == crate::ulfm::ERR_PROC_FAILED_PENDING
 }

@@ -64,4 +64,7 @@ pub struct TransportStats {
     pub heads_received_early: u64,
     /// Promised payloads withdrawn ([`MpiTransport::withdraw`]).
     pub withdrawn: u64,
+    /// Ring receives MPI completed but reported as `MPI_ERR_PROC_FAILED_PENDING`,
+    /// taken as completed (the `recv` module's docs).
+    pub completed_pending: u64,
 }

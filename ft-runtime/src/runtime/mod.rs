@@ -449,6 +449,14 @@ impl Runtime {
         self.shared.snapshot().1
     }
 
+    /// Why this rank's progress thread stopped (declared dead, excluded, a backend
+    /// error), once it has; `None` while it runs. Cheap: no call, no waiting. A loop
+    /// that only reads [`Runtime::view`] checks it, since a stopped thread publishes
+    /// no view again.
+    pub fn stopped(&self) -> Option<RuntimeError> {
+        self.shared.closed().map(RuntimeError::from)
+    }
+
     fn call(&self, command: Command) -> Result<Outcome, RuntimeError> {
         let ticket = self.submit(command)?;
         match self.shared.wait(ticket)? {
