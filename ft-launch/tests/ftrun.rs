@@ -30,6 +30,16 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The `env` lines of a job that exited 0, one per rank of `ranks`, in rank order.
+fn env_lines(out: &Output, ranks: usize) -> Vec<String> {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    let text = stdout(out);
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(lines.len(), ranks, "{text}");
+    lines
+}
+
 /// The lines of `text` that `ftrun` itself printed.
 fn ftrun_lines(text: &str) -> Vec<&str> {
     text.lines().filter(|l| l.starts_with("ftrun:")).collect()
@@ -150,13 +160,22 @@ fn standard_error_lines_carry_their_rank() {
 }
 
 #[test]
+fn spares_are_ranks_after_the_working_ones_and_every_rank_knows_how_many() {
+    let (out, _) = ftrun(&["-n", "2", "--spares", "2"], &["env"]);
+    let lines = env_lines(&out, 4);
+    for (rank, line) in lines.iter().enumerate() {
+        assert!(line.starts_with(&format!("rank={rank} size=4 ")), "{line}");
+        assert!(line.ends_with(" spares=2"), "{line}");
+    }
+    let (out, _) = ftrun(&["-n", "4294967295", "--spares", "1"], &["env"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("too many ranks"), "{}", stderr(&out));
+}
+
+#[test]
 fn every_rank_sees_its_rank_the_size_and_one_rendezvous_that_is_removed_after() {
     let (out, _) = ftrun(&["-n", "3", "--provider", "sockets"], &["env"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let text = stdout(&out);
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort();
-    assert_eq!(lines.len(), 3, "{text}");
+    let lines = env_lines(&out, 3);
     let dir = lines[0]
         .split(' ')
         .find_map(|field| field.strip_prefix("rendezvous="))
@@ -164,7 +183,7 @@ fn every_rank_sees_its_rank_the_size_and_one_rendezvous_that_is_removed_after() 
     for (rank, line) in lines.iter().enumerate() {
         assert_eq!(
             *line,
-            format!("rank={rank} size=3 rendezvous={dir} address=127.0.0.1 provider=sockets exists=true")
+            format!("rank={rank} size=3 rendezvous={dir} address=127.0.0.1 provider=sockets exists=true spares=-")
         );
     }
     assert!(!Path::new(dir).exists(), "{dir} is left behind");

@@ -49,6 +49,7 @@ struct Model {
 const SENTINEL: RankInfo = RankInfo {
     rank: u32::MAX,
     state: RankState::Ok,
+    epoch: u32::MAX,
     generation: u32::MAX,
 };
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{report, run_within, sim_checksum, survives_kills, workspace, FTJACOBI};
+use common::{report, run_within, sim_checksum, survives_kills, workspace, Spares, FTJACOBI};
 
 /// The `mpiexec` of the MPI this crate was built against.
 fn mpiexec() -> PathBuf {
@@ -58,7 +58,7 @@ fn three_processes_end_with_the_simulators_checksum() {
 
 #[test]
 fn six_processes_survive_kills_with_the_failure_free_checksum() {
-    survives_kills("mpi", |ranks| {
+    survives_kills("mpi", Spares::Flag, |working, spares| {
         let mut command = Command::new("env");
         command
             .arg("--block-signal=PIPE")
@@ -68,7 +68,7 @@ fn six_processes_survive_kills_with_the_failure_free_checksum() {
                 "ulfm",
                 "--oversubscribe",
                 "-n",
-                &ranks.to_string(),
+                &(working + spares).to_string(),
             ])
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");

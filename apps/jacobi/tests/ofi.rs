@@ -1,7 +1,9 @@
 //! `ftjacobi --backend ofi` under `ftrun`: three processes over libfabric end with the
-//! simulator's checksum, and six survive real kills under `--mode shrink` (a rank, a
-//! node's block, two in sequence, one during the recovery) with that same checksum. `ftrun` is taken from `FT_FTRUN`, or beside `ftjacobi` (built
-//! there with `cargo build -p ft-launch --bin ftrun` when it is missing).
+//! simulator's checksum, and six survive real kills with that same checksum: under
+//! `--mode shrink` (a rank, a node's block, two in sequence, one during the recovery)
+//! and under `--mode rebuild` from the two spares of `ftrun --spares 2`. `ftrun` is
+//! taken from `FT_FTRUN`, or beside `ftjacobi` (built there with
+//! `cargo build -p ft-launch --bin ftrun` when it is missing).
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{report, run_within, sim_checksum, survives_kills, workspace, FTJACOBI};
+use common::{report, run_within, sim_checksum, survives_kills, workspace, Spares, FTJACOBI};
 
 /// The `ftrun` launcher.
 fn ftrun() -> PathBuf {
@@ -67,9 +69,15 @@ fn three_processes_end_with_the_simulators_checksum() {
 
 #[test]
 fn six_processes_survive_kills_with_the_failure_free_checksum() {
-    survives_kills("ofi", |ranks| {
+    survives_kills("ofi", Spares::Launcher, |working, spares| {
         let mut command = Command::new(ftrun());
-        command.args(["-n", &ranks.to_string(), "--"]);
+        command.args([
+            "-n",
+            &working.to_string(),
+            "--spares",
+            &spares.to_string(),
+            "--",
+        ]);
         command
     });
 }

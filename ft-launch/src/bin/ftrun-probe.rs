@@ -7,7 +7,8 @@
 //!   many small writes (a line split across writes must still pass whole);
 //! - `say:TEXT`: prints TEXT; `partial:TEXT`: prints TEXT with no newline;
 //! - `err:TEXT`: prints TEXT to standard error;
-//! - `env`: prints `rank=R size=S rendezvous=DIR address=A provider=P exists=BOOL`;
+//! - `env`: prints `rank=R size=S rendezvous=DIR address=A provider=P exists=BOOL
+//!   spares=K`;
 //! - `sleep:MS`: sleeps; `exit:CODE`: exits; `kill`: sends itself `SIGKILL`;
 //! - `child:MS`: starts a child `sleep` of MS milliseconds (seconds, rounded up) and
 //!   prints `child PID`.
@@ -54,12 +55,13 @@ fn main() {
             "env" => {
                 let dir = var("FTOFI_RENDEZVOUS");
                 println!(
-                    "rank={} size={} rendezvous={dir} address={} provider={} exists={}",
+                    "rank={} size={} rendezvous={dir} address={} provider={} exists={} spares={}",
                     var("FTOFI_RANK"),
                     var("FTOFI_SIZE"),
                     var("FTOFI_ADDRESS"),
                     var("FTOFI_PROVIDER"),
-                    std::path::Path::new(&dir).is_dir()
+                    std::path::Path::new(&dir).is_dir(),
+                    var("FT_SPARES")
                 );
             }
             "sleep" => std::thread::sleep(Duration::from_millis(number())),

@@ -3,9 +3,11 @@
 //! ```sh
 //! ftrun -n 4 -- ./my-ft-program --steps 10
 //! ftrun -n 3 --provider sockets --output ordered -- ftofi validate
+//! ftrun -n 6 --spares 2 -- ftjacobi --backend ofi --mode rebuild --kill 2@60
 //! ```
 //!
-//! It starts `-n` processes of the program, each with `FTOFI_RANK`, `FTOFI_SIZE`,
+//! It starts `-n` processes of the program (and `--spares` more, ranks `N..N+K`, with
+//! `FT_SPARES=K` in their environment), each with `FTOFI_RANK`, `FTOFI_SIZE`,
 //! `FTOFI_RENDEZVOUS` (a fresh directory, removed after the job, unless
 //! `--rendezvous` names one), `FTOFI_ADDRESS` (127.0.0.1) and, with `--provider`,
 //! `FTOFI_PROVIDER`: what `ft::ofi::open_from_env` reads. Standard output passes
@@ -28,14 +30,17 @@ use ft_launch::{Exit, Job, Outcome, Output, Report, Verdict};
 #[derive(Parser)]
 #[command(
     version,
-    override_usage = "ftrun -n N [OPTIONS] [--] PROGRAM [ARGS]...",
+    override_usage = "ftrun -n N [--spares K] [OPTIONS] [--] PROGRAM [ARGS]...",
     about = "Runs a program as an N-rank job over libfabric on this machine",
     long_about = "Runs a program as an N-rank job over libfabric on this machine.\n\n\
         Each rank is a process of PROGRAM with FTOFI_RANK (0..N), FTOFI_SIZE (N), \
         FTOFI_RENDEZVOUS (a fresh directory, removed after the job, unless --rendezvous \
         names one), FTOFI_ADDRESS (127.0.0.1) and, with --provider, FTOFI_PROVIDER in \
-        its environment: what ft::ofi::open_from_env reads. Each rank leads its own \
-        process group; SIGINT and SIGTERM are passed on to the ranks.\n\n\
+        its environment: what ft::ofi::open_from_env reads. With --spares K, K more \
+        ranks (N..N+K, FTOFI_SIZE N+K) start as spares and every rank has FT_SPARES=K \
+        in its environment: a program that rebuilds from spares (ftjacobi --mode \
+        rebuild) takes its spare count from it. Each rank leads its own process group; \
+        SIGINT and SIGTERM are passed on to the ranks.\n\n\
         Standard output passes whole lines unchanged; standard error lines are \
         prefixed with '[rank N] '.",
     after_help = "Exit status: 0 when every rank that was not killed by a signal exited 0 \
@@ -50,6 +55,10 @@ struct Cli {
     /// Ranks to start.
     #[arg(short = 'n', long = "ranks", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     ranks: u32,
+    /// Spare ranks started after the N working ones, to replace failed ranks: the
+    /// job has N+K ranks, and FT_SPARES=K tells the program how many are spares.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    spares: u32,
     /// The libfabric provider every rank uses (FTOFI_PROVIDER): `tcp;ofi_rxm`,
     /// `sockets`, ... (`fi_info -l` lists them); unset, each rank's own default.
     #[arg(long)]
@@ -84,6 +93,9 @@ enum OutputArg {
     Ordered,
 }
 
+/// The variable that tells each rank how many of the job's last ranks are spares.
+const SPARES_VAR: &str = "FT_SPARES";
+
 /// The exit status for a bad command line or a missing program, as clap's.
 const BAD_INPUT: u8 = 2;
 
@@ -94,7 +106,14 @@ fn main() -> ExitCode {
         eprintln!("ftrun: {e}");
         return ExitCode::from(BAD_INPUT);
     }
-    let mut job = Job::new(program, cli.ranks)
+    let Some(size) = cli.ranks.checked_add(cli.spares) else {
+        eprintln!(
+            "ftrun: -n {} with --spares {} is too many ranks",
+            cli.ranks, cli.spares
+        );
+        return ExitCode::from(BAD_INPUT);
+    };
+    let mut job = Job::new(program, size)
         .args(args)
         .address(&cli.address)
         .job_limit(Duration::from_secs(cli.job_limit_s))
@@ -102,6 +121,9 @@ fn main() -> ExitCode {
             OutputArg::Stream => Output::Stream,
             OutputArg::Ordered => Output::Ordered,
         });
+    if cli.spares > 0 {
+        job = job.env(SPARES_VAR, cli.spares.to_string());
+    }
     if let Some(provider) = &cli.provider {
         job = job.provider(provider);
     }

@@ -23,6 +23,18 @@ fn stack(n: u32, me: Rank) -> RankStack {
     RankStack::new(config, Instant::ZERO)
 }
 
+/// A heartbeat of communicator `comm` from `sender`.
+fn heartbeat(comm: u32, sender: Rank) -> Vec<u8> {
+    Header {
+        kind: FrameKind::Heartbeat,
+        comm,
+        epoch: 0,
+        sender,
+    }
+    .start()
+    .finish()
+}
+
 /// Ranks of [`Groups`] on a network where every frame takes 1 ms; a dead rank
 /// neither sends nor receives.
 struct Net {
@@ -82,6 +94,32 @@ impl Net {
         }
     }
 
+    /// Starts a global validation of group `id` at each of `ranks`, and runs the
+    /// network for 100 ms.
+    fn validate(&mut self, id: GroupId, ranks: &[usize]) {
+        for &me in ranks {
+            let now = self.now;
+            self.ranks[me]
+                .stack_mut(id)
+                .unwrap()
+                .validate_global(now)
+                .unwrap();
+        }
+        self.flush();
+        self.run(100);
+    }
+
+    /// The communicator id of group `id` at rank `me`.
+    fn comm(&self, me: usize, id: GroupId) -> u32 {
+        self.ranks[me]
+            .stack(id)
+            .unwrap()
+            .node()
+            .detector()
+            .config()
+            .comm
+    }
+
     /// `G` of group `id` at rank `me`, once a validation of that group finished.
     fn validated(&self, me: usize, id: GroupId) -> Option<RankSet> {
         self.events[me].iter().rev().find_map(|e| match e.event {
@@ -113,15 +151,7 @@ fn survivors_shrink_over_the_same_network_and_agree_in_the_new_group() {
     net.run(30);
     net.alive[2] = false;
     net.run(200);
-    for me in [0, 1, 3] {
-        net.ranks[me]
-            .stack_mut(0)
-            .unwrap()
-            .validate_global(net.now)
-            .unwrap();
-    }
-    net.flush();
-    net.run(100);
+    net.validate(0, &[0, 1, 3]);
     for me in [0, 1, 3] {
         assert_eq!(net.validated(me, 0), Some(RankSet::from_ranks(4, [2])));
     }
@@ -165,21 +195,7 @@ fn survivors_shrink_over_the_same_network_and_agree_in_the_new_group() {
         assert_eq!(net.ranks[me].transport_rank(1, 2), Some(3));
     }
     // Transport rank 2 is not in the new group: its frames are refused.
-    let comm = net.ranks[0]
-        .stack(1)
-        .unwrap()
-        .node()
-        .detector()
-        .config()
-        .comm;
-    let heartbeat = Header {
-        kind: FrameKind::Heartbeat,
-        comm,
-        epoch: 0,
-        sender: 2,
-    }
-    .start()
-    .finish();
+    let heartbeat = heartbeat(net.comm(0, 1), 2);
     assert!(matches!(
         net.ranks[0].handle_message(net.now, 2, &heartbeat),
         Err(FrameError::RankOutOfRange { rank: 2, n: 3 })
@@ -270,5 +286,57 @@ fn promise_ids_carry_their_group() {
     assert_eq!(
         tag_promise(Promise::Withdrawn { id: 5 }, 0),
         Promise::Withdrawn { id: 5 }
+    );
+}
+
+#[test]
+fn frames_of_a_replaced_incarnation_are_refused() {
+    // Ranks 0-3 work, rank 4 is the spare; rank 2 dies and the spare takes its number.
+    let mut net = Net::new(5);
+    for me in 0..5 {
+        let now = net.now;
+        let team = net.ranks[me].split_spares(0, 1, now).unwrap();
+        assert_eq!(team, (me < 4).then_some(1));
+    }
+    net.run(30);
+    net.alive[2] = false;
+    net.run(200);
+    net.validate(1, &[0, 1, 3]);
+    let mut admission = None;
+    for me in [0, 1, 3] {
+        assert_eq!(net.validated(me, 1), Some(RankSet::from_ranks(4, [2])));
+        let now = net.now;
+        let rebuilt = net.ranks[me].rebuild(1, now).unwrap();
+        assert_eq!(rebuilt.replaced, [(2, 1)]);
+        assert_eq!(rebuilt.admission.ranks, [0, 1, 4, 3]);
+        admission = Some(rebuilt.admission);
+    }
+    let admission = admission.unwrap();
+    let now = net.now;
+    assert_eq!(net.ranks[4].join(0, &admission, now), Ok(Some(1)));
+    net.run(100);
+    // The new incarnation is heard in the rebuilt group: nobody suspects rank 2 there.
+    for (me, id) in [(0, 2), (1, 2), (3, 2), (4, 1)] {
+        let view = net.ranks[me].stack(id).unwrap().node().view();
+        assert_eq!(view.generation(2), 1, "rank {me}");
+        assert!(view.local().is_empty(), "rank {me}: {:?}", view.local());
+    }
+    // The replaced incarnation (transport rank 2, say a process that was stopped and
+    // runs again) is refused in the rebuilt group, whose rank 2 is transport rank 4,
+    // and in the group it was declared dead in.
+    let now = net.now;
+    assert_eq!(
+        net.ranks[0].handle_message(now, 2, &heartbeat(admission.comm, 2)),
+        Err(FrameError::RankOutOfRange { rank: 2, n: 4 })
+    );
+    let team = net.comm(0, 1);
+    assert_eq!(
+        net.ranks[0].handle_message(now, 2, &heartbeat(team, 2)),
+        Err(FrameError::FromFailedRank(2))
+    );
+    // The new incarnation's frames, from transport rank 4, reach rank 2 of the group.
+    assert_eq!(
+        net.ranks[0].handle_message(now, 4, &heartbeat(admission.comm, 2)),
+        Ok(())
     );
 }

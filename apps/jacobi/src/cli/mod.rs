@@ -81,8 +81,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value = "shrink")]
     pub mode: Mode,
     /// Ranks started idle to replace failed ones: the last K of the group (on sim,
-    /// K more than `-n`).
-    #[arg(long, default_value_t = 0, value_name = "K")]
+    /// K more than `-n`); `ftrun --spares K` sets it for every rank.
+    #[arg(long, env = "FT_SPARES", default_value_t = 0, value_name = "K")]
     pub spares: u32,
     /// Failed ranks are replaced by processes the launcher respawns (`ftrun --respawn`).
     #[arg(long)]

@@ -63,12 +63,22 @@ pub fn sim_checksum(args: &[&str]) -> Value {
     report("ftjacobi -n 1", &out)["checksum"].clone()
 }
 
+/// Who tells `ftjacobi` how many of the launcher's ranks are spares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // each test binary that includes this module uses one of the two
+pub enum Spares {
+    /// The launcher (`ftrun --spares K`, through `FT_SPARES`).
+    Launcher,
+    /// `ftjacobi --spares K`, the launcher starting the spares as K more ranks.
+    Flag,
+}
+
 /// Runs the kill cases of the real-backend tests: six working ranks of `backend`
-/// started by `launcher(ranks)` (the launcher's command up to the program, for
-/// `ranks` processes), each case ending with the simulator's checksum and exactly the
-/// killed ranks dead: four by shrinking, and three by rebuilding from two spares (the
-/// last two processes), with the incarnations expected.
-pub fn survives_kills(backend: &str, launcher: impl Fn(u32) -> Command) {
+/// started by `launcher(working, spares)` (the launcher's command up to the program),
+/// each case ending with the simulator's checksum and exactly the killed ranks dead:
+/// four by shrinking, and three by rebuilding from two spares (the last two
+/// processes), with the incarnations expected.
+pub fn survives_kills(backend: &str, spares: Spares, launcher: impl Fn(u32, u32) -> Command) {
     let job = [
         "--grid",
         "96",
@@ -99,10 +109,10 @@ pub fn survives_kills(backend: &str, launcher: impl Fn(u32) -> Command) {
     ];
     let cases = shrink
         .iter()
-        .map(|(kills, dead)| (*kills, *dead, None, 6))
-        .chain(rebuild.iter().map(|(k, d, g)| (*k, *d, Some(g.clone()), 8)));
-    for (kills, dead, generations, ranks) in cases {
-        let mut command = launcher(ranks);
+        .map(|(kills, dead)| (*kills, *dead, None, 0))
+        .chain(rebuild.iter().map(|(k, d, g)| (*k, *d, Some(g.clone()), 2)));
+    for (kills, dead, generations, spare_count) in cases {
+        let mut command = launcher(6, spare_count);
         command
             .arg(FTJACOBI)
             .args([
@@ -115,8 +125,11 @@ pub fn survives_kills(backend: &str, launcher: impl Fn(u32) -> Command) {
             ])
             .args(job)
             .args(kills);
-        if ranks > 6 {
-            command.args(["--mode", "rebuild", "--spares", "2"]);
+        if spare_count > 0 {
+            command.args(["--mode", "rebuild"]);
+            if spares == Spares::Flag {
+                command.args(["--spares", &spare_count.to_string()]);
+            }
         }
         let out = run_within(&mut command, Duration::from_secs(150));
         let json = report(&format!("{kills:?}"), &out);
