@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use ft::ft_core::SendError;
 use ft::sim::SimGroup;
-use ft::{Event, Rank, Runtime, RuntimeError, StackError};
+use ft::{Event, Rank, RuntimeError, StackError};
 
 mod common;
-use common::{settings, WAIT};
+use common::{next_message, settings, WAIT};
 
 /// Message `k` of `from`: from 1 byte to 300 KiB (several fragments).
 fn message(from: Rank, k: u64) -> Vec<u8> {
@@ -19,17 +19,6 @@ fn message(from: Rank, k: u64) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u64 * 31 + k * 7 + u64::from(from)) as u8)
         .collect()
-}
-
-/// The next event of `handle` that is not a failure notice.
-fn next_message(handle: &Runtime) -> (Rank, u64, Vec<u8>) {
-    loop {
-        match handle.next_event(Some(WAIT)).expect("the handle runs") {
-            Some(Event::Message { from, tag, bytes }) => return (from, tag, bytes.to_vec()),
-            Some(_) => continue,
-            None => panic!("no message within {WAIT:?}"),
-        }
-    }
 }
 
 #[test]

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use ft::sim::SimGroup;
-use ft::{Event, OutputSet, OutputSpec, PlanSpec, Rank, RankSet, Runtime, TaskId, Topology};
+use ft::{OutputSet, OutputSpec, PlanSpec, Rank, RankSet, Runtime, TaskId, Topology};
 
 mod common;
-use common::{settings, WAIT};
+use common::{next_message, settings, WAIT};
 
 /// Runs `validate_global` on every handle of `handles`, each on its own thread; the
 /// agreed `G` (the same at each, checked) and its epoch.
@@ -33,17 +33,6 @@ fn validate_all(handles: &[&Runtime]) -> (u32, Vec<Rank>) {
 /// Output 0's payload.
 fn payload(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + (i >> 9)) as u8).collect()
-}
-
-/// The next message event of `handle`, skipping the others.
-fn next_message(handle: &Runtime) -> (Rank, u64, Vec<u8>) {
-    loop {
-        match handle.next_event(Some(WAIT)).expect("the handle runs") {
-            Some(Event::Message { from, tag, bytes }) => return (from, tag, bytes.to_vec()),
-            Some(_) => continue,
-            None => panic!("no message within {WAIT:?}"),
-        }
-    }
 }
 
 #[test]

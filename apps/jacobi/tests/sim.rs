@@ -100,9 +100,9 @@ fn spares_wait_for_the_end_and_do_not_change_the_result() {
     assert_eq!((&json["ranks"], &json["spares"]), (&3.into(), &2.into()));
 }
 
-/// A shrink-mode job of 6 ranks with `kills`, its JSON line checked against the
-/// failure-free checksum and the ranks that died.
-fn survives(extra: &[&str], dead: &[u32], rollbacks: u64) {
+/// The 6-rank job of the recovery tests with `extra` arguments, its JSON line checked
+/// against the failure-free checksum and the ranks that died.
+fn recovered(extra: &[&str], dead: &[u32]) -> Value {
     let base = [
         "-n",
         "6",
@@ -121,7 +121,13 @@ fn survives(extra: &[&str], dead: &[u32], rollbacks: u64) {
         "{args:?}: {json}"
     );
     assert_eq!(json["dead"], serde_json::json!(dead), "{args:?}: {json}");
-    assert_eq!(json["rollbacks"], rollbacks, "{args:?}: {json}");
+    json
+}
+
+/// A shrink-mode recovery job with `extra`: the ranks that died and the rollbacks.
+fn survives(extra: &[&str], dead: &[u32], rollbacks: u64) {
+    let json = recovered(extra, dead);
+    assert_eq!(json["rollbacks"], rollbacks, "{extra:?}: {json}");
     assert_eq!(json["mode"], "shrink");
 }
 
@@ -148,32 +154,17 @@ fn a_shrink_survives_two_failures_in_sequence_and_one_during_the_recovery() {
     survives(&["--kill", "1@17", "--kill", "3@0"], &[1, 3], 1);
 }
 
-/// A rebuild-mode job of 6 working ranks and `spares` spares with `kills`: the
-/// failure-free checksum, the ranks that died and the incarnations expected.
-fn rebuilds(spares: &str, kills: &[&str], dead: &[u32], generations: serde_json::Value) {
-    let base = [
-        "-n",
-        "6",
-        "--grid",
-        "48",
-        "--iterations",
-        "60",
-        "--checkpoint-every",
-        "8",
-        "--mode",
-        "rebuild",
-        "--spares",
-        spares,
-    ];
-    let args: Vec<&str> = base.iter().copied().chain(kills.iter().copied()).collect();
-    let json = run(&args);
-    assert_eq!(
-        json["checksum"],
-        serial_checksum(48, 60).as_str(),
-        "{args:?}: {json}"
-    );
-    assert_eq!(json["dead"], serde_json::json!(dead), "{args:?}: {json}");
-    assert_eq!(json["generations"], generations, "{args:?}: {json}");
+/// A rebuild-mode recovery job with `spares` spares and `kills`: the ranks that died
+/// and the incarnations expected.
+fn rebuilds(spares: &str, kills: &[&str], dead: &[u32], generations: Value) {
+    let rebuild = ["--mode", "rebuild", "--spares", spares];
+    let extra: Vec<&str> = rebuild
+        .iter()
+        .copied()
+        .chain(kills.iter().copied())
+        .collect();
+    let json = recovered(&extra, dead);
+    assert_eq!(json["generations"], generations, "{extra:?}: {json}");
     assert_eq!(json["ranks"], 6, "the group keeps its size: {json}");
 }
 

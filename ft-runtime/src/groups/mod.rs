@@ -187,8 +187,6 @@ struct Group {
     derived: Vec<(u32, u32)>,
     /// The spares (transport ranks) a rebuild of this group takes, in order.
     spares: Vec<Rank>,
-    /// Each rank's incarnation (empty: all 0).
-    generations: Vec<u32>,
 }
 
 impl Group {
@@ -198,7 +196,6 @@ impl Group {
             map,
             derived: Vec::new(),
             spares: Vec::new(),
-            generations: Vec::new(),
         }
     }
 
@@ -218,8 +215,9 @@ impl Group {
         self.map.rank_of(rank)
     }
 
+    /// Rank `rank`'s incarnation, as the group's failure view holds it.
     fn generation(&self, rank: Rank) -> u32 {
-        self.generations.get(rank as usize).copied().unwrap_or(0)
+        self.stack.node().view().generation(rank)
     }
 
     /// The communicator id of the next group derived from this one after global
@@ -484,7 +482,6 @@ impl Groups {
         }
         let mut group = Group::new(stack, map);
         group.spares = admission.spares.clone();
-        group.generations = admission.generations.clone();
         Ok(self.open_group(group, now))
     }
 

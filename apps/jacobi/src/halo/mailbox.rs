@@ -37,7 +37,6 @@ impl std::ops::Deref for Handle<'_> {
 /// A handle's messages, as the solver takes them: see the [module docs](super).
 pub struct Mailbox<'h> {
     handle: Handle<'h>,
-    round: u16,
     early: HashMap<(Rank, u64), Bytes>,
     failed: Vec<Rank>,
     /// Events the solver does not act on (validations, broadcasts), for the recovery.
@@ -60,7 +59,6 @@ impl<'h> Mailbox<'h> {
     fn over(handle: Handle<'h>, deadline: Instant) -> Self {
         Mailbox {
             handle,
-            round: 0,
             early: HashMap::new(),
             failed: Vec::new(),
             others: VecDeque::new(),
@@ -85,32 +83,13 @@ impl<'h> Mailbox<'h> {
     }
 
     /// Goes on over `shrunk`, a handle shrunk from this one's: a new numbering, so the
-    /// messages kept and the failures reported so far are dropped, and a new round
-    /// starts.
+    /// messages kept and the failures reported so far are dropped.
     pub fn switch_to(&mut self, shrunk: Arc<Runtime>) {
         self.handle = Handle::Derived(shrunk);
         self.dropped += self.early.len() as u64;
         self.early.clear();
         self.failed.clear();
         self.others.clear();
-        // A new group: its messages cannot be an earlier group's, and a rank that
-        // joins it (a rebuild's replacement) starts at round 0 too.
-        self.round = 0;
-    }
-
-    /// The current recovery round (0 before any failure).
-    pub fn round(&self) -> u16 {
-        self.round
-    }
-
-    /// Starts the next recovery round: messages of earlier rounds are dropped.
-    pub fn next_round(&mut self) {
-        self.round = self.round.wrapping_add(1);
-        let round = self.round;
-        let before = self.early.len();
-        self.early
-            .retain(|&(_, raw), _| Tag::decode(raw).is_some_and(|t| t.round == round));
-        self.dropped += (before - self.early.len()) as u64;
     }
 
     /// Every rank reported failed on this handle so far, in the order reported.
@@ -124,16 +103,15 @@ impl<'h> Mailbox<'h> {
         self.others.drain(..).collect()
     }
 
-    /// Messages dropped so far: of an earlier round, not ours, or repeated.
+    /// Messages dropped so far: not ours, or repeated.
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
 
-    /// A tag of this round.
+    /// The tag of a message of `kind`, for `iteration` and the receiver's `side`.
     pub fn tag(&self, kind: Kind, iteration: u32, side: Side) -> Tag {
         Tag {
             kind,
-            round: self.round,
             iteration,
             side,
         }
@@ -150,7 +128,7 @@ impl<'h> Mailbox<'h> {
         }
     }
 
-    /// The first message of `kind` of this round from any rank, waiting for one if
+    /// The first message of `kind` from any rank, waiting for one if
     /// none has come yet; failures end the wait as in [`Mailbox::receive`] (as
     /// [`HaloError::PeerFailed`]).
     pub fn receive_any(&mut self, kind: Kind) -> Result<(Rank, Tag, Bytes), HaloError> {
@@ -166,9 +144,7 @@ impl<'h> Mailbox<'h> {
         loop {
             let (from, raw, bytes) = self.next(None, self.tag(kind, 0, Side::Above), &[])?;
             match Tag::decode(raw) {
-                Some(tag) if tag.kind == kind && tag.round == self.round => {
-                    return Ok((from, tag, bytes))
-                }
+                Some(tag) if tag.kind == kind => return Ok((from, tag, bytes)),
                 _ => self.keep(from, raw, bytes),
             }
         }
@@ -229,10 +205,10 @@ impl<'h> Mailbox<'h> {
         }
     }
 
-    /// Keeps a message that came before it was asked for, unless it is stale.
+    /// Keeps a message that came before it was asked for, unless it is not ours or
+    /// one with its tag is kept already.
     fn keep(&mut self, from: Rank, raw: u64, bytes: Bytes) {
-        let current = Tag::decode(raw).is_some_and(|t| t.round == self.round);
-        if current && !self.early.contains_key(&(from, raw)) {
+        if Tag::decode(raw).is_some() && !self.early.contains_key(&(from, raw)) {
             self.early.insert((from, raw), bytes);
         } else {
             self.dropped += 1;

@@ -2,12 +2,13 @@
 //! messages which came early, and the halo exchange of one iteration ([`exchange`]).
 //!
 //! Invariants:
-//! - a tag names the message's kind, the recovery round, the iteration and the side
-//!   it fills ([`Tag`]): two messages of one sender never share a tag within a round,
-//!   so a message is never taken for one of another iteration;
+//! - a tag names the message's kind, the iteration and the side it fills ([`Tag`]):
+//!   two messages of one sender never share a tag within a group, so a message is
+//!   never taken for one of another iteration (a recovery goes on in a new group, so a
+//!   message sent before a rollback never reaches the group that rolled back);
 //! - bit 63 of a tag stays clear (the library reserves it for its own messages);
-//! - a message that arrives before it is asked for is kept until it is; one of an
-//!   earlier round (sent before a rollback) is dropped. A neighbour is at most one
+//! - a message that arrives before it is asked for is kept until it is; a repeated
+//!   one is dropped. A neighbour is at most one
 //!   iteration ahead (it needs this rank's halo of each iteration to finish the next),
 //!   so the mailbox holds at most two halos per neighbour;
 //! - every rank failure reported while waiting ends the wait with a [`HaloError`]: the

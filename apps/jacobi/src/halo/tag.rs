@@ -1,5 +1,5 @@
-//! [`Tag`]: what a message of the solver carries, of which recovery round, iteration
-//! and side, packed into the message channel's `u64` tag with bit 63 clear.
+//! [`Tag`]: what a message of the solver carries, of which iteration and side, packed
+//! into the message channel's `u64` tag with bit 63 clear.
 
 use crate::strip::Side;
 
@@ -22,8 +22,6 @@ pub enum Kind {
 pub struct Tag {
     /// What it carries.
     pub kind: Kind,
-    /// The recovery round it was sent in (0 before any failure).
-    pub round: u16,
     /// The iteration.
     pub iteration: u32,
     /// The receiver's ghost it fills ([`Side::Above`] for other kinds).
@@ -31,17 +29,14 @@ pub struct Tag {
 }
 
 impl Tag {
-    /// The tag as it travels: kind in bits 56..63, round in 40..56, iteration in 8..40,
-    /// side in 0..8.
+    /// The tag as it travels: kind in bits 56..63, iteration in 8..40, side in 0..8
+    /// (bits 40..56 clear).
     pub fn encode(self) -> u64 {
         let side = match self.side {
             Side::Above => 0,
             Side::Below => 1,
         };
-        (self.kind as u64) << 56
-            | u64::from(self.round) << 40
-            | u64::from(self.iteration) << 8
-            | side
+        (self.kind as u64) << 56 | u64::from(self.iteration) << 8 | side
     }
 
     /// The tag `raw` encodes, if it is one of ours.
@@ -58,9 +53,11 @@ impl Tag {
             1 => Side::Below,
             _ => return None,
         };
+        if (raw >> 40) & 0xffff != 0 {
+            return None;
+        }
         Some(Tag {
             kind,
-            round: (raw >> 40) as u16,
             iteration: (raw >> 8) as u32,
             side,
         })
@@ -75,13 +72,11 @@ mod tests {
         for tag in [
             Tag {
                 kind: Kind::Halo,
-                round: 3,
                 iteration: 149,
                 side: Side::Below,
             },
             Tag {
                 kind: Kind::Done,
-                round: u16::MAX,
                 iteration: u32::MAX,
                 side: Side::Above,
             },
@@ -91,5 +86,6 @@ mod tests {
         }
         assert_eq!(Tag::decode(0), None);
         assert_eq!(Tag::decode(1 << 56 | 2), None);
+        assert_eq!(Tag::decode(1 << 56 | 1 << 40), None, "bits 40..56 set");
     }
 }
