@@ -3,8 +3,8 @@
  * the last rank of the job kills itself, the survivors shrink the world, spawn one
  * process, merge with it and renumber so that it takes the dead rank's number, then
  * all of them reduce the replacement's rank over the rebuilt communicator. Rank 0
- * prints one JSON line: {"ok":true,"ranks":N,"respawned_as":R,"seconds":S} (S from the
- * kill to the end of that reduction),
+ * prints one JSON line: {"ok":true,"ranks":N,"respawned_as":R,"seconds":S,"spawn_seconds":P}
+ * (S from the kill to the end of that reduction, P from the call to MPI_Comm_spawn),
  * or {"ok":false,"step":"...","error":"..."} at the first step that failed.
  */
 #include <mpi.h>
@@ -71,6 +71,7 @@ int main(int argc, char **argv)
     if (rc != MPI_SUCCESS)
         return report_failure(rank, "MPIX_Comm_shrink", rc);
     MPI_Comm_set_errhandler(shrunk, MPI_ERRORS_RETURN);
+    double spawned_at = MPI_Wtime();
     rc = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, shrunk, &inter,
                         &errcode);
     if (rc != MPI_SUCCESS)
@@ -89,13 +90,14 @@ int main(int argc, char **argv)
     rc = MPI_Allreduce(&none, &new_rank, 1, MPI_INT, MPI_MAX, rebuilt);
     if (rc != MPI_SUCCESS)
         return report_failure(rank, "MPI_Allreduce", rc);
-    double seconds = MPI_Wtime() - killed_at;
+    double seconds = MPI_Wtime() - killed_at, spawn_seconds = MPI_Wtime() - spawned_at;
     int rebuilt_size = 0;
     MPI_Comm_size(rebuilt, &rebuilt_size);
     if (rank == 0) {
-        printf("{\"ok\":%s,\"ranks\":%d,\"respawned_as\":%d,\"seconds\":%.3f}\n",
+        printf("{\"ok\":%s,\"ranks\":%d,\"respawned_as\":%d,\"seconds\":%.3f,"
+               "\"spawn_seconds\":%.3f}\n",
                rebuilt_size == size && new_rank == victim ? "true" : "false", rebuilt_size,
-               new_rank, seconds);
+               new_rank, seconds, spawn_seconds);
         fflush(stdout);
     }
     MPI_Comm_free(&rebuilt);
