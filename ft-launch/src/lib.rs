@@ -57,6 +57,9 @@ pub const RENDEZVOUS_VAR: &str = "FTOFI_RENDEZVOUS";
 pub const ADDRESS_VAR: &str = "FTOFI_ADDRESS";
 /// The libfabric provider, set only when the job names one.
 pub const PROVIDER_VAR: &str = "FTOFI_PROVIDER";
+/// How many of the job's last ranks are spares, set only when the job has some
+/// (`ftrun --spares`; `ftjacobi --spares` reads the same name).
+pub const SPARES_VAR: &str = "FT_SPARES";
 
 /// The address every rank binds to by default: all ranks run on this machine.
 pub const LOOPBACK: &str = "127.0.0.1";

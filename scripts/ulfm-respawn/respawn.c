@@ -49,7 +49,6 @@ int main(int argc, char **argv)
     int rank, size, rc, flag = 1, errcode = MPI_SUCCESS, new_rank = -1;
     double killed_at;
 
-    (void)argc;
     MPI_Init(&argc, &argv);
     MPI_Comm_get_parent(&parent);
     if (parent != MPI_COMM_NULL)

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use ft_launch::{Exit, Job, Outcome, Output, Report, Verdict};
+use ft_launch::{Exit, Job, Outcome, Output, Report, Verdict, SPARES_VAR};
 
 #[derive(Parser)]
 #[command(
@@ -92,9 +92,6 @@ enum OutputArg {
     /// All of rank 0's lines, then rank 1's, ..., when the job ends.
     Ordered,
 }
-
-/// The variable that tells each rank how many of the job's last ranks are spares.
-const SPARES_VAR: &str = "FT_SPARES";
 
 /// The exit status for a bad command line or a missing program, as clap's.
 const BAD_INPUT: u8 = 2;
